@@ -1,0 +1,91 @@
+"""What every backend offers the gateway, and the error it raises."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.errors import GatewayError
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float = 5.0  # seconds to open the connection
+    first_byte: float = 60.0  # seconds until the response headers / first stream chunk
+    total: float = 600.0  # seconds for the whole exchange
+
+
+class BackendError(Exception):
+    """A failed backend call.
+
+    `reason` is the metric label: connect, timeout, status_429, status_4xx, status_5xx, protocol.
+    `retryable` says whether retries/fallbacks may try again (connect errors, 429, 5xx, timeouts before the
+    first byte). `body` is the upstream's error envelope when it sent one, passed through for 4xx.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        status: int = 502,
+        retryable: bool = False,
+        body: dict | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+        self.body = body
+        self.retry_after = retry_after
+
+    def to_gateway_error(self) -> GatewayError:
+        err = (self.body or {}).get("error") if isinstance(self.body, dict) else None
+        if isinstance(err, dict) and 400 <= self.status < 500:
+            return GatewayError(
+                self.status,
+                str(err.get("message", self.message)),
+                str(err.get("type") or "invalid_request_error"),
+                err.get("code"),
+                err.get("param"),
+            )
+        if self.reason == "timeout":
+            return GatewayError(504, self.message, "timeout_error", "upstream_timeout")
+        status = self.status if 400 <= self.status < 600 else 502
+        return GatewayError(status, self.message, "upstream_error", self.reason)
+
+
+class Backend(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+    async def chat(self, body: dict, timeouts: Timeouts) -> dict:
+        """Non-streaming chat completion; returns an OpenAI `chat.completion` dict."""
+        ...
+
+    def chat_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
+        """Yields OpenAI `chat.completion.chunk` dicts as they arrive (a usage-only chunk last when
+        `stream_options.include_usage` was asked). Raises BackendError before or during the stream.
+        Closing the iterator (aclose) must close the upstream request at once."""
+        ...
+
+    async def completions(self, body: dict, timeouts: Timeouts) -> dict: ...
+    def completions_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]: ...
+    async def embeddings(self, body: dict, timeouts: Timeouts) -> dict: ...
+
+    async def list_models(self) -> list[str]:
+        """The backend's own model names (for /v1/models glob routes)."""
+        ...
+
+    async def check_ready(self) -> str | None:
+        """None when reachable, else a short reason for /ready."""
+        ...
+
+
+class BackendPool(Protocol):
+    def get(self, name: str) -> Backend: ...
+    def names(self) -> list[str]: ...

@@ -1,0 +1,16 @@
+"""Policy validation errors: `path` is the key path (`routes[0].cache.exact.ttl`) that the loader maps to a line."""
+
+from __future__ import annotations
+
+
+class PolicyError(Exception):
+    def __init__(self, path: str, message: str, filename: str | None = None, line: int | None = None) -> None:
+        self.path = path
+        self.message = message
+        self.filename = filename
+        self.line = line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.filename or '<policy>'}:{self.line}" if self.line is not None else (self.filename or "<policy>")
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"

@@ -1,0 +1,117 @@
+"""The policy as plain dataclasses. `gateway.config.loader` builds and validates them from YAML.
+
+Route sections owned by other subsystems are parsed by those subsystems' own functions (called by the
+loader): `gateway.cache.config.parse_cache_config` for `cache:` and
+`gateway.context.config.parse_context_config` for `budget:`, `compression:` and `ordering:`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from gateway.backends.base import Timeouts
+
+if TYPE_CHECKING:
+    from gateway.cache.config import CacheConfig
+    from gateway.context.config import ContextConfig
+
+BackendType = Literal["openai", "anthropic", "engine"]
+Strategy = Literal["weighted", "least_loaded", "prefix_aware"]
+
+
+@dataclass(slots=True)
+class RedisConfig:
+    url: str = "embedded"  # "embedded" starts a private redis-server under data_dir; else redis:// or rediss://
+    timeout_ms: float = 5.0  # budget for cache lookups and limit checks before failing open
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    data_dir: Path = Path("~/.local/share/llm-gateway").expanduser()
+    max_body_bytes: int = 10 * 1024 * 1024
+    admin_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Limits:
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+@dataclass(slots=True)
+class TenantConfig:
+    name: str
+    api_keys: list[str] = field(default_factory=list)
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(slots=True)
+class BackendConfig:
+    name: str
+    type: BackendType
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None  # engine: the model to serve; upstreams: rewrite the forwarded model name
+    models: list[str] = field(default_factory=list)  # models this backend lists when it cannot be asked
+    replicas: int = 1  # engine: 1 runs in-process, more spawns replica processes
+    urls: list[str] = field(default_factory=list)  # engine: connect to running replicas instead
+    max_connections: int = 100
+    headers: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # type-specific extras (engine args, anthropic_version)
+
+
+@dataclass(slots=True)
+class RouteBackend:
+    name: str
+    weight: float = 1.0
+
+
+@dataclass(slots=True)
+class Backoff:
+    base_s: float = 0.1
+    max_s: float = 2.0
+
+
+@dataclass(slots=True)
+class Route:
+    model: str  # exact name or glob (fnmatch) matched against the request's model
+    backends: list[RouteBackend]
+    fallbacks: list[str] = field(default_factory=list)
+    retries: int = 0
+    backoff: Backoff = field(default_factory=Backoff)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    strategy: Strategy = "weighted"
+    cache: CacheConfig | None = None
+    context: ContextConfig | None = None
+    index: int = 0  # position in the policy, for names and metrics
+
+    @property
+    def name(self) -> str:
+        return self.model
+
+    @property
+    def is_glob(self) -> bool:
+        return any(c in self.model for c in "*?[")
+
+    def matches(self, model: str) -> bool:
+        return model == self.model or (self.is_glob and fnmatch.fnmatchcase(model, self.model))
+
+
+@dataclass(slots=True)
+class Policy:
+    routes: list[Route]
+    backends: dict[str, BackendConfig]
+    tenants: list[TenantConfig] = field(default_factory=list)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    source: str = "<policy>"  # file name it came from
+    digest: str = ""  # sha256 of the expanded text; changes on every content change
+
+    def route_for(self, model: str) -> Route | None:
+        for route in self.routes:
+            if route.matches(model):
+                return route
+        return None

