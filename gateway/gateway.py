@@ -1,0 +1,181 @@
+"""The Gateway: everything the handlers share, built at start-up and torn down at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import time
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import redis.asyncio as aioredis
+
+from gateway.auth import Authenticator
+from gateway.backends.base import Backend
+from gateway.config.schema import Policy, TenantConfig
+from gateway.embedded_redis import EmbeddedRedis
+from gateway.limits import RateLimiter
+from gateway.metrics import Metrics
+from gateway.pipeline import RequestContext, Resources, Stage
+from gateway.routing.balancer import Router
+from gateway.state import Backends, Snapshot
+
+log = logging.getLogger("gateway")
+
+# Stages in request order: the cache keys on the request as sent, then context economy rewrites what is sent.
+STAGE_MODULES = ("gateway.cache.stage", "gateway.context.stage")
+MODELS_TTL_S = 30.0
+
+
+class Gateway:
+    def __init__(self, policy: Policy, redis_url: str | None = None) -> None:
+        self.metrics = Metrics()
+        self.router = Router(self.metrics)
+        self._initial_policy = policy
+        self._redis_url = redis_url or policy.redis.url
+        self.embedded: EmbeddedRedis | None = None
+        self.redis: aioredis.Redis
+        self.http: aiohttp.ClientSession
+        self.limiter: RateLimiter
+        self.snapshot: Snapshot
+        self.stages: list[Stage] = []
+        self._models: tuple[float, list[tuple[str, str]]] = (0.0, [])
+        self._retiring: set[asyncio.Task] = set()
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        policy = self._initial_policy
+        url = self._redis_url
+        if url == "embedded":
+            self.embedded = EmbeddedRedis(policy.server.data_dir)
+            await asyncio.to_thread(self.embedded.start)
+            url = self.embedded.url
+        timeout_s = policy.redis.timeout_ms / 1000
+        self.redis = aioredis.Redis.from_url(
+            url, socket_connect_timeout=max(timeout_s, 0.05), socket_timeout=1.0, health_check_interval=30,
+            max_connections=256,
+        )
+        self.limiter = RateLimiter(self.redis, self.metrics, timeout_s)
+        self.http = aiohttp.ClientSession(json_serialize=lambda o: orjson.dumps(o).decode())
+        backends, _ = await Backends.build(policy, self.metrics)
+        self.snapshot = Snapshot(policy, Authenticator(policy), backends)
+        if self.snapshot.auth.open:
+            log.warning("no API keys configured: the gateway is open and serves everyone as tenant 'default'")
+        resources = Resources(
+            redis=self.redis, metrics=self.metrics, data_dir=Path(policy.server.data_dir),
+            get_policy=lambda: self.snapshot.policy, backends=_LiveBackends(self), http=self.http,
+        )
+        for module in STAGE_MODULES:
+            self.stages.append(await import_module(module).create_stage(resources))
+
+    async def close(self) -> None:
+        for stage in self.stages:
+            await stage.close()
+        for task in list(self._retiring):
+            task.cancel()
+        await self.snapshot.backends.close()
+        await self.http.close()
+        await self.redis.aclose()
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+
+    async def apply_policy(self, policy: Policy) -> None:
+        """Swap to a new policy; unchanged backends are kept, replaced ones close after their requests."""
+        if policy.redis.url != self._initial_policy.redis.url:
+            log.warning("redis.url changed in the policy; it takes effect on restart")
+        backends, retired = await Backends.build(policy, self.metrics, reuse=self.snapshot.backends)
+        self.snapshot = Snapshot(policy, Authenticator(policy), backends)
+        self._models = (0.0, [])
+        if retired:
+            grace = max((r.timeouts.total for r in self.snapshot.policy.routes), default=60.0)
+            task = asyncio.create_task(_close_later(retired, grace))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+        log.info("policy %s applied (%s)", policy.source, policy.digest[:12])
+
+    # ---- helpers for handlers -----------------------------------------------------------------------------
+
+    async def account(self, ctx: RequestContext, backend: str, usage: dict | None) -> None:
+        if not usage:
+            return
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        self.metrics.tokens.labels("prompt").inc(prompt)
+        self.metrics.tokens.labels("completion").inc(completion)
+        await self.limiter.charge_tokens(ctx.tenant, prompt + completion)
+
+    async def models(self) -> list[tuple[str, str]]:
+        """(model id, owner): every exact route name, plus each backend's own models that a glob route matches."""
+        fetched_at, cached = self._models
+        if time.monotonic() - fetched_at < MODELS_TTL_S and cached:
+            return cached
+        snap = self.snapshot
+        seen: dict[str, str] = {}
+        for route in snap.policy.routes:
+            if not route.is_glob:
+                seen.setdefault(route.model, route.backends[0].name)
+        globs = [r for r in snap.policy.routes if r.is_glob]
+        if globs:
+            names = {b.name for r in globs for b in r.backends}
+            listed = await asyncio.gather(*(_list_models(snap.backends.get(n)) for n in names))
+            for name, models in zip(names, listed, strict=True):
+                for model in models:
+                    if any(fnmatch.fnmatchcase(model, r.model) and name in {b.name for b in r.backends} for r in globs):
+                        seen.setdefault(model, name)
+        result = sorted(seen.items())
+        self._models = (time.monotonic(), result)
+        return result
+
+    async def readiness(self) -> list[str]:
+        snap = self.snapshot
+        reasons: list[str] = []
+        checks = {name: asyncio.create_task(b.check_ready()) for name, b in snap.backends.items()}
+        try:
+            await asyncio.wait_for(self.redis.ping(), 1.0)
+        except Exception as e:  # any failure means not ready; the reason says which
+            reasons.append(f"redis: {type(e).__name__}: {e}")
+        status = {name: await task for name, task in checks.items()}
+        for route in snap.policy.routes:
+            names = [b.name for b in route.backends] + route.fallbacks
+            if all(status.get(n) for n in names):
+                detail = "; ".join(f"{n}: {status[n]}" for n in names)
+                reasons.append(f"route {route.name}: no backend reachable ({detail})")
+        return reasons
+
+    def cache_admin(self) -> Any:
+        return self.stages[0]
+
+
+class _LiveBackends:
+    """The current policy's backends, for stages that outlive a reload (the summariser, say)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    def get(self, name: str) -> Backend:
+        return self._gateway.snapshot.backends.get(name)
+
+    def names(self) -> list[str]:
+        return self._gateway.snapshot.backends.names()
+
+
+async def _list_models(backend: Backend) -> list[str]:
+    try:
+        return await asyncio.wait_for(backend.list_models(), 5.0)
+    except Exception as e:  # a backend that cannot list its models just adds none
+        log.warning("listing models of %s failed: %s", getattr(backend, "name", backend), e)
+        return []
+
+
+async def _close_later(backends: list[Backend], delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    for backend in backends:
+        await backend.close()
+
+
+__all__ = ["Gateway", "TenantConfig"]

@@ -1,0 +1,298 @@
+"""HTTP handlers: small functions over the app's state. Errors leave as OpenAI's envelope (see middleware)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from contextlib import aclosing
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.appkeys import GATEWAY
+from gateway.backends.base import BackendError
+from gateway.errors import GatewayError, bad_request
+from gateway.gateway import Gateway
+from gateway.pipeline import CacheControl, RequestContext
+from gateway.state import Snapshot
+from gateway.streaming import DONE_EVENT, StreamAssembler, completion_to_chunks, sse_event
+
+log = logging.getLogger("gateway")
+
+JSON = "application/json"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+ENDPOINT_PARAMS = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
+
+
+def json_response(body: Any, headers: dict[str, str] | None = None, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type=JSON, headers=headers)
+
+
+# ---- request preparation -------------------------------------------------------------------------------------
+
+
+async def read_json(request: web.Request, max_bytes: int) -> dict:
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise GatewayError(413, f"Request body of {request.content_length} bytes is over the limit of {max_bytes} bytes.",
+                           "invalid_request_error", "request_too_large")
+    raw = await request.read()
+    if len(raw) > max_bytes:
+        raise GatewayError(413, f"Request body is over the limit of {max_bytes} bytes.", "invalid_request_error",
+                           "request_too_large")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise bad_request(f"We could not parse the JSON body of your request: {e}.", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def validate_body(body: dict, endpoint: str) -> tuple[str, bool, bool]:
+    """Checks what the gateway itself relies on; returns (model, stream, include_usage)."""
+    model = body.get("model")
+    if model is None:
+        raise bad_request("You must provide a model parameter.", "model", "missing_required_parameter")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' must be a non-empty string.", "model", "invalid_type")
+    param = ENDPOINT_PARAMS[endpoint]
+    if param not in body:
+        raise bad_request(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
+    if endpoint == "chat.completions":
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise bad_request("'messages' must be a non-empty array.", "messages", "invalid_type")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise bad_request(f"'messages[{i}]' must be an object with a string 'role'.", f"messages[{i}]",
+                                  "invalid_type")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad_request("'stream' must be a boolean.", "stream", "invalid_type")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad_request("'stream_options' must be an object.", "stream_options", "invalid_type")
+    if options and not stream:
+        raise bad_request("'stream_options' is only allowed when 'stream' is true.", "stream_options", "invalid_value")
+    return model, stream, bool(options and options.get("include_usage"))
+
+
+async def prepare(request: web.Request, endpoint: str) -> tuple[Gateway, Snapshot, RequestContext]:
+    gw = request.app[GATEWAY]
+    snap = gw.snapshot
+    tenant = snap.auth.tenant_for(request.headers.get("Authorization"))
+    body = await read_json(request, snap.policy.server.max_body_bytes)
+    model, stream, include_usage = validate_body(body, endpoint)
+    route = snap.policy.route_for(model)
+    if route is None:
+        raise GatewayError(404, f"The model `{model}` does not exist or you do not have access to it.",
+                           "invalid_request_error", "model_not_found", "model")
+    request["route"] = route.name
+    await gw.limiter.admit(tenant)
+    ctx = RequestContext(
+        request_id=request["request_id"], endpoint=endpoint, body=body, forward_body=body, model=model,
+        stream=stream, include_usage=include_usage, tenant=tenant, route=route, policy=snap.policy,
+        headers=request.headers, cache_control=CacheControl.parse(request.headers.get("Cache-Control")),
+    )
+    return gw, snap, ctx
+
+
+def upstream_body(ctx: RequestContext) -> dict:
+    """What is forwarded: streams always ask for usage, so tokens are counted and cached entries carry it."""
+    body = ctx.forward_body
+    if ctx.stream and not ctx.include_usage:
+        body = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
+    return body
+
+
+# ---- completion endpoints ------------------------------------------------------------------------------------
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "chat.completions")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "completions")
+
+
+async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
+    gw, snap, ctx = await prepare(request, endpoint)
+    stages = gw.stages if endpoint == "chat.completions" else ()
+    for stage in stages:
+        hit = await stage.before(ctx)
+        if hit is not None:
+            return await _answer_from_cache(request, gw, ctx, hit)
+    route = ctx.route
+    if ctx.stream:
+        return await _relay_stream(request, gw, snap, ctx, stages)
+    method = "chat" if endpoint == "chat.completions" else "completions"
+    completion, name = await gw.router.call(
+        route, snap.backends, lambda b: getattr(b, method)(ctx.forward_body, route.timeouts)
+    )
+    for stage in stages:
+        await stage.after(ctx, completion)
+    await gw.account(ctx, name, completion.get("usage"))
+    ctx.response_headers["X-Backend"] = request["backend"] = name
+    return json_response(completion, ctx.response_headers)
+
+
+async def _answer_from_cache(request: web.Request, gw: Gateway, ctx: RequestContext, hit: dict) -> web.StreamResponse:
+    ctx.response_headers["X-Backend"] = request["backend"] = "cache"
+    if not ctx.stream:
+        return json_response(hit, ctx.response_headers)
+    response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
+    await response.prepare(request)
+    for chunk in completion_to_chunks(hit, ctx.include_usage):
+        await response.write(sse_event(chunk))
+    await response.write(DONE_EVENT)
+    await response.write_eof()
+    return response
+
+
+async def _relay_stream(
+    request: web.Request, gw: Gateway, snap: Snapshot, ctx: RequestContext, stages: tuple | list
+) -> web.StreamResponse:
+    route = ctx.route
+    body = upstream_body(ctx)
+    method = "chat_stream" if ctx.endpoint == "chat.completions" else "completions_stream"
+    first, stream, name = await gw.router.open_stream(
+        route, snap.backends, lambda b: getattr(b, method)(body, route.timeouts)
+    )
+    ctx.response_headers["X-Backend"] = request["backend"] = name
+    assembler = StreamAssembler()
+    ttft: float | None = None
+    try:
+        async with aclosing(stream):  # closing the iterator closes the upstream request at once
+            response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
+            await response.prepare(request)
+            chunk: dict | None = first
+            try:
+                while chunk is not None:
+                    assembler.add(chunk)
+                    if ttft is None and chunk.get("choices"):
+                        ttft = time.perf_counter() - ctx.started
+                    if ctx.include_usage or chunk.get("choices") or not chunk.get("usage"):
+                        await response.write(sse_event(chunk))
+                    chunk = await anext(stream, None)
+            except BackendError as e:
+                # Headers are gone: report in-band the way OpenAI does, and end without [DONE].
+                request["status"] = str(e.to_gateway_error().status)
+                gw.metrics.upstream_errors.labels(name, e.reason).inc()
+                await response.write(sse_event(e.to_gateway_error().body()))
+                await response.write_eof()
+                return response
+            assembler.finish()
+            await response.write(DONE_EVENT)
+            await response.write_eof()
+    finally:
+        gw.router.inflight.leave(name)
+    completion = assembler.result()
+    for stage in stages:
+        await stage.after(ctx, completion)
+    if ttft is not None:
+        gw.metrics.ttft.labels(route.name).observe(ttft)
+        usage = completion.get("usage") or {}
+        n_out = usage.get("completion_tokens") or assembler.chunks
+        if n_out > 1:
+            gw.metrics.tpot.labels(route.name).observe((time.perf_counter() - ctx.started - ttft) / (n_out - 1))
+    await gw.account(ctx, name, completion.get("usage"))
+    return response
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    gw, snap, ctx = await prepare(request, "embeddings")
+    route = ctx.route
+    result, name = await gw.router.call(route, snap.backends, lambda b: b.embeddings(ctx.forward_body, route.timeouts))
+    await gw.account(ctx, name, result.get("usage"))
+    request["backend"] = name
+    return json_response(result, {"X-Backend": name})
+
+
+# ---- operations ----------------------------------------------------------------------------------------------
+
+
+async def list_models(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    gw.snapshot.auth.tenant_for(request.headers.get("Authorization"))
+    models = await gw.models()
+    return json_response({"object": "list", "data": [
+        {"id": m, "object": "model", "created": 0, "owned_by": owner} for m, owner in models
+    ]})
+
+
+async def health(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    reasons = await request.app[GATEWAY].readiness()
+    if reasons:
+        return json_response({"status": "unavailable", "reasons": reasons}, status=503)
+    return json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[GATEWAY].metrics.render(), content_type="text/plain", charset="utf-8")
+
+
+async def admin_cache_purge(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    gw.snapshot.auth.check_admin(request.headers.get("Authorization"))
+    tenant = request.query.get("tenant") or None
+    model = request.query.get("model") or None
+    deleted = await gw.cache_admin().purge(tenant, model)
+    return json_response({"deleted": deleted, "tenant": tenant, "model": model})
+
+
+async def admin_cache_stats(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    gw.snapshot.auth.check_admin(request.headers.get("Authorization"))
+    return json_response(await gw.cache_admin().stats())
+
+
+# ---- middleware ----------------------------------------------------------------------------------------------
+
+
+@web.middleware
+async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Request id on everything; every error as OpenAI's envelope; request count and latency per route."""
+    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    request["request_id"] = request_id
+    started = time.perf_counter()
+    try:
+        response = await handler(request)
+    except GatewayError as e:
+        response = e.response()
+    except BackendError as e:
+        response = e.to_gateway_error().response()
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(e.status)
+        response = GatewayError(e.status, e.text if e.status == 413 and e.text else e.reason,
+                                "invalid_request_error", code).response()
+    except (asyncio.CancelledError, ConnectionResetError):
+        _observe(request, "499", started)  # the client went away
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
+        response = GatewayError(500, "The gateway hit an internal error.", "server_error", "internal_error").response()
+    if not response.prepared:
+        response.headers["X-Request-Id"] = request_id
+    _observe(request, request.get("status") or str(response.status), started)
+    return response
+
+
+def _observe(request: web.Request, status: str, started: float) -> None:
+    if "route" not in request:
+        return
+    metrics = request.app[GATEWAY].metrics
+    route = request["route"]
+    metrics.requests.labels(route, request.get("backend", "none"), status).inc()
+    metrics.request_duration.labels(route).observe(time.perf_counter() - started)
