@@ -1,0 +1,70 @@
+"""Stream assembly and replay: a stream folds into the completion a non-streaming call would give, and back."""
+
+from __future__ import annotations
+
+from gateway.streaming import StreamAssembler, completion_to_chunks
+
+BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def chunk(delta: dict | None = None, finish: str | None = None, index: int = 0, **extra: object) -> dict:
+    choices = [] if delta is None and finish is None else [{"index": index, "delta": delta or {}, "finish_reason": finish}]
+    return {**BASE, "choices": choices, **extra}
+
+
+def test_text_stream_assembles_into_completion() -> None:
+    a = StreamAssembler()
+    for c in [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": "lo"}),
+              chunk(finish="stop"), chunk(usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})]:
+        a.add(c)
+    assert not a.complete  # no terminal event yet
+    a.finish()
+    assert a.complete
+    body = a.result()
+    assert body["object"] == "chat.completion"
+    assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "logprobs": None,
+                                "finish_reason": "stop"}]
+    assert body["usage"]["total_tokens"] == 5
+
+
+def test_cut_stream_is_never_complete() -> None:
+    a = StreamAssembler()
+    a.add(chunk({"role": "assistant", "content": "partial"}))
+    a.finish()  # even if the relay thought it ended, a choice without finish_reason is not complete
+    assert not a.complete
+
+
+def test_tool_call_deltas_assemble() -> None:
+    a = StreamAssembler()
+    a.add(chunk({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                      "function": {"name": "get_weather", "arguments": ""}}]}))
+    a.add(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}))
+    a.add(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}))
+    a.add(chunk(finish="tool_calls"))
+    a.finish()
+    msg = a.result()["choices"][0]["message"]
+    assert msg["tool_calls"] == [{"id": "call_1", "type": "function",
+                                  "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+
+
+def test_replay_then_assemble_round_trips() -> None:
+    completion = {
+        "id": "chatcmpl-9", "object": "chat.completion", "created": 7, "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "A"}, "logprobs": None, "finish_reason": "stop"},
+            {"index": 1, "message": {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+             "logprobs": None, "finish_reason": "tool_calls"},
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }
+    chunks = completion_to_chunks(completion, include_usage=True)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == completion["usage"]
+    a = StreamAssembler()
+    for c in chunks:
+        a.add(c)
+    a.finish()
+    again = a.result()
+    assert again == completion
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert "usage" not in completion_to_chunks(completion, include_usage=False)[-1]
