@@ -10,3 +10,9 @@ if TYPE_CHECKING:
     from gateway.gateway import Gateway
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
+
+# Per-request facts the middleware reads after the handler: for metrics and the X-Request-Id header.
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+ROUTE: web.RequestKey[str] = web.RequestKey("route", str)
+BACKEND: web.RequestKey[str] = web.RequestKey("backend", str)
+STATUS: web.RequestKey[str] = web.RequestKey("status", str)

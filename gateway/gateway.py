@@ -60,7 +60,13 @@ class Gateway:
             url, socket_connect_timeout=max(timeout_s, 0.05), socket_timeout=1.0, health_check_interval=30,
             max_connections=256,
         )
-        self.limiter = RateLimiter(self.redis, self.metrics, timeout_s)
+        # Limits get a wider budget than cache lookups: failing open there lets traffic past a tenant's limit.
+        self.limiter = RateLimiter(self.redis, self.metrics, max(timeout_s * 10, 0.05))
+        try:
+            await asyncio.wait_for(self.redis.ping(), 2.0)  # open a connection now, not on the first request
+        except Exception as e:  # Redis is optional for serving: log it and go on; the client reconnects later
+            log.warning("redis at start-up: %s: %s (requests are served; limits and caches fail open)",
+                        type(e).__name__, e)
         self.http = aiohttp.ClientSession(json_serialize=lambda o: orjson.dumps(o).decode())
         backends, _ = await Backends.build(policy, self.metrics)
         self.snapshot = Snapshot(policy, Authenticator(policy), backends)

@@ -12,13 +12,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.appkeys import GATEWAY
+from gateway.appkeys import BACKEND, GATEWAY, REQUEST_ID, ROUTE, STATUS
 from gateway.backends.base import BackendError
 from gateway.errors import GatewayError, bad_request
 from gateway.gateway import Gateway
 from gateway.pipeline import CacheControl, RequestContext
 from gateway.state import Snapshot
-from gateway.streaming import DONE_EVENT, StreamAssembler, completion_to_chunks, sse_event
+from gateway.streaming import DONE_EVENT, CoalescingWriter, StreamAssembler, completion_to_chunks, sse_event
 
 log = logging.getLogger("gateway")
 
@@ -92,10 +92,10 @@ async def prepare(request: web.Request, endpoint: str) -> tuple[Gateway, Snapsho
     if route is None:
         raise GatewayError(404, f"The model `{model}` does not exist or you do not have access to it.",
                            "invalid_request_error", "model_not_found", "model")
-    request["route"] = route.name
+    request[ROUTE] = route.name
     await gw.limiter.admit(tenant)
     ctx = RequestContext(
-        request_id=request["request_id"], endpoint=endpoint, body=body, forward_body=body, model=model,
+        request_id=request[REQUEST_ID], endpoint=endpoint, body=body, forward_body=body, model=model,
         stream=stream, include_usage=include_usage, tenant=tenant, route=route, policy=snap.policy,
         headers=request.headers, cache_control=CacheControl.parse(request.headers.get("Cache-Control")),
     )
@@ -138,12 +138,12 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     for stage in stages:
         await stage.after(ctx, completion)
     await gw.account(ctx, name, completion.get("usage"))
-    ctx.response_headers["X-Backend"] = request["backend"] = name
+    ctx.response_headers["X-Backend"] = request[BACKEND] = name
     return json_response(completion, ctx.response_headers)
 
 
 async def _answer_from_cache(request: web.Request, gw: Gateway, ctx: RequestContext, hit: dict) -> web.StreamResponse:
-    ctx.response_headers["X-Backend"] = request["backend"] = "cache"
+    ctx.response_headers["X-Backend"] = request[BACKEND] = "cache"
     if not ctx.stream:
         return json_response(hit, ctx.response_headers)
     response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
@@ -164,13 +164,14 @@ async def _relay_stream(
     first, stream, name = await gw.router.open_stream(
         route, snap.backends, lambda b: getattr(b, method)(body, route.timeouts)
     )
-    ctx.response_headers["X-Backend"] = request["backend"] = name
+    ctx.response_headers["X-Backend"] = request[BACKEND] = name
     assembler = StreamAssembler()
     ttft: float | None = None
     try:
         async with aclosing(stream):  # closing the iterator closes the upstream request at once
             response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
             await response.prepare(request)
+            out = CoalescingWriter(response)
             chunk: dict | None = first
             try:
                 while chunk is not None:
@@ -178,17 +179,16 @@ async def _relay_stream(
                     if ttft is None and chunk.get("choices"):
                         ttft = time.perf_counter() - ctx.started
                     if ctx.include_usage or chunk.get("choices") or not chunk.get("usage"):
-                        await response.write(sse_event(chunk))
+                        await out.add(sse_event(chunk))
                     chunk = await anext(stream, None)
             except BackendError as e:
                 # Headers are gone: report in-band the way OpenAI does, and end without [DONE].
-                request["status"] = str(e.to_gateway_error().status)
-                gw.metrics.upstream_errors.labels(name, e.reason).inc()
-                await response.write(sse_event(e.to_gateway_error().body()))
+                request[STATUS] = str(e.to_gateway_error().status)
+                await out.close(sse_event(e.to_gateway_error().body()))
                 await response.write_eof()
                 return response
             assembler.finish()
-            await response.write(DONE_EVENT)
+            await out.close(DONE_EVENT)
             await response.write_eof()
     finally:
         gw.router.inflight.leave(name)
@@ -210,7 +210,7 @@ async def embeddings(request: web.Request) -> web.Response:
     route = ctx.route
     result, name = await gw.router.call(route, snap.backends, lambda b: b.embeddings(ctx.forward_body, route.timeouts))
     await gw.account(ctx, name, result.get("usage"))
-    request["backend"] = name
+    request[BACKEND] = name
     return json_response(result, {"X-Backend": name})
 
 
@@ -263,7 +263,7 @@ async def admin_cache_stats(request: web.Request) -> web.Response:
 async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Request id on everything; every error as OpenAI's envelope; request count and latency per route."""
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-    request["request_id"] = request_id
+    request[REQUEST_ID] = request_id
     started = time.perf_counter()
     try:
         response = await handler(request)
@@ -285,14 +285,14 @@ async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamR
         response = GatewayError(500, "The gateway hit an internal error.", "server_error", "internal_error").response()
     if not response.prepared:
         response.headers["X-Request-Id"] = request_id
-    _observe(request, request.get("status") or str(response.status), started)
+    _observe(request, request.get(STATUS) or str(response.status), started)
     return response
 
 
 def _observe(request: web.Request, status: str, started: float) -> None:
-    if "route" not in request:
+    if ROUTE not in request:
         return
     metrics = request.app[GATEWAY].metrics
-    route = request["route"]
-    metrics.requests.labels(route, request.get("backend", "none"), status).inc()
+    route = request[ROUTE]
+    metrics.requests.labels(route, request.get(BACKEND, "none"), status).inc()
     metrics.request_duration.labels(route).observe(time.perf_counter() - started)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
+from aiohttp import web
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -165,3 +167,50 @@ def completion_to_chunks(completion: dict, include_usage: bool) -> list[dict]:
     if include_usage and completion.get("usage") is not None:
         chunks.append({**base, "choices": [], "usage": completion["usage"]})
     return chunks
+
+
+class CoalescingWriter:
+    """Sends SSE events in as few socket writes as possible: events that arrive within one event-loop tick
+    (usually all those parsed from one upstream read) leave together, in order, and no later than that tick.
+
+    A write whose drain is pending (a slow client) is awaited before more is queued, so memory stays bounded.
+    """
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self.response = response
+        self.parts: list[bytes] = []
+        self.loop = asyncio.get_running_loop()
+        self._last: asyncio.Future | None = None
+
+    async def add(self, data: bytes) -> None:
+        last = self._last
+        if last is not None and not last.done():
+            await last
+        self.parts.append(data)
+        if len(self.parts) == 1:
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        if not self.parts:
+            return
+        data = b"".join(self.parts)
+        self.parts.clear()
+        # response.write puts the bytes on the transport synchronously at its first step, so tasks created in
+        # order write in order; it only suspends to drain.
+        self._last = asyncio.ensure_future(self.response.write(data))
+        self._last.add_done_callback(_retrieve)
+
+    async def close(self, tail: bytes = b"") -> None:
+        """Flush everything (plus `tail`) and wait until it is written."""
+        if self._last is not None:
+            await self._last
+        data = b"".join(self.parts) + tail
+        self.parts.clear()
+        if data:
+            await self.response.write(data)
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    # A failed write means the client is gone; the handler learns it from its own next write or cancellation.
+    if not fut.cancelled():
+        fut.exception()

@@ -19,19 +19,17 @@ T = TypeVar("T")
 
 
 class InflightCounter:
-    """Requests in flight per backend name: the least-loaded signal and the `gateway_backend_inflight` gauge."""
+    """Requests in flight per backend name, the least-loaded signal. (Backends themselves keep the
+    `gateway_backend_inflight` gauge and count `gateway_upstream_errors_total`.)"""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
+    def __init__(self) -> None:
         self.counts: dict[str, int] = {}
 
     def enter(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
-        self.metrics.backend_inflight.labels(name).inc()
 
     def leave(self, name: str) -> None:
         self.counts[name] -= 1
-        self.metrics.backend_inflight.labels(name).dec()
 
 
 def attempt_order(route: Route, inflight: dict[str, int], rng: random.Random) -> list[str]:
@@ -58,7 +56,7 @@ def backoff_delay(route: Route, attempt: int, retry_after: float | None) -> floa
 class Router:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self.inflight = InflightCounter(metrics)
+        self.inflight = InflightCounter()
         self.rng = random.Random()
 
     def _plan(self, route: Route) -> list[tuple[str, int]]:
@@ -79,7 +77,6 @@ class Router:
             try:
                 return await op(pool.get(name)), name
             except BackendError as e:
-                self.metrics.upstream_errors.labels(name, e.reason).inc()
                 if not e.retryable:
                     raise
                 last = e
@@ -113,7 +110,6 @@ class Router:
             except BackendError as e:
                 self.inflight.leave(name)
                 await stream.aclose()  # type: ignore[attr-defined]
-                self.metrics.upstream_errors.labels(name, e.reason).inc()
                 if not e.retryable:
                     raise
                 last = e

@@ -1,0 +1,137 @@
+"""What the gateway adds to a request, against a 30-line aiohttp pass-through measured in the same run.
+
+    python bench/overhead.py [--quick]
+
+The fake upstream and the load generator share core 0; the proxy under test (pass-through or gateway, one at
+a time, caches off, one worker) runs alone on core 1. Prints added latency P50/P99 at C=1 and at a fixed
+offered rate (open loop), and maximum RPS at C=64, streaming and not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.loadgen import Result, closed_loop, open_loop, percentile  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = b'{"model":"fake-model","messages":[{"role":"user","content":"hello there, how are you?"}],"max_tokens":16}'
+STREAM_BODY = BODY[:-1] + b',"stream":true}'
+PATH = "/v1/chat/completions"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+def spawn(cmd: list[str], core: int) -> subprocess.Popen:
+    return subprocess.Popen(["taskset", "-c", str(core), *cmd], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def gateway_policy(upstream_port: int, data_dir: str) -> str:
+    return f"""
+redis: {{url: embedded}}
+server: {{data_dir: "{data_dir}"}}
+backends:
+  up: {{type: openai, base_url: "http://127.0.0.1:{upstream_port}/v1"}}
+routes:
+  - match: {{model: fake-model}}
+    backends: [up]
+"""
+
+
+async def measure(url: str, quick: bool) -> dict[str, Result]:
+    n = 600 if quick else 3000
+    await closed_loop(url, PATH, BODY, 8, n // 3)  # warm-up: connections, JIT-free but caches and pools
+    return {
+        "c1": await closed_loop(url, PATH, BODY, 1, n),
+        "open": await open_loop(url, PATH, BODY, 1000, 2 if quick else 5),
+        "max": await closed_loop(url, PATH, BODY, 64, 3 * n),
+        "max_stream": await closed_loop(url, PATH, STREAM_BODY, 64, 3 * n),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {0})
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    up_port, pt_port, gw_port = free_port(), free_port(), free_port()
+    procs = [spawn([sys.executable, "bench/serve_fake.py", str(up_port)], 0)]
+    results: dict[str, dict[str, Result]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        policy = Path(tmp) / "policy.yaml"
+        policy.write_text(gateway_policy(up_port, tmp))
+        try:
+            wait_port(up_port)
+            results["direct"] = asyncio.run(measure(f"http://127.0.0.1:{up_port}", args.quick))
+            pt = spawn([sys.executable, "bench/passthrough.py", f"http://127.0.0.1:{up_port}", str(pt_port)], 1)
+            procs.append(pt)
+            wait_port(pt_port)
+            results["passthrough"] = asyncio.run(measure(f"http://127.0.0.1:{pt_port}", args.quick))
+            pt.terminate()
+            gw = spawn([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(policy), "--port", str(gw_port),
+                        "--log-level", "WARNING"], 1)
+            procs.append(gw)
+            wait_port(gw_port)
+            results["gateway"] = asyncio.run(measure(f"http://127.0.0.1:{gw_port}", args.quick))
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait(10)
+    report(results)
+
+
+def report(results: dict[str, dict[str, Result]]) -> None:
+    d, p, g = results["direct"], results["passthrough"], results["gateway"]
+
+    def ms(r: Result, q: float) -> float:
+        return percentile(r.latencies, q) * 1000
+
+    rows = []
+    for phase, label in (("c1", "C=1"), ("open", "1,000 RPS offered")):
+        for q in (50, 99):
+            rows.append((f"{label} P{q} latency (ms)", ms(d[phase], q), ms(p[phase], q), ms(g[phase], q),
+                         ms(p[phase], q) - ms(d[phase], q), ms(g[phase], q) - ms(d[phase], q)))
+    for phase, label in (("max", "max RPS C=64"), ("max_stream", "max RPS C=64 stream")):
+        rows.append((label, d[phase].rps, p[phase].rps, g[phase].rps, float("nan"), float("nan")))
+    print(f"{'':34} {'direct':>9} {'passthru':>9} {'gateway':>9} {'pt added':>9} {'gw added':>9}")
+    for name, *vals in rows:
+        print(f"{name:34} " + " ".join(f"{v:9.3f}" if v == v else f"{'':>9}" for v in vals))
+    print(f"gateway/passthrough max RPS: {g['max'].rps / p['max'].rps:.2f}x, "
+          f"stream {g['max_stream'].rps / p['max_stream'].rps:.2f}x")
+    errors = {k: sum(r.errors for r in v.values()) for k, v in results.items()}
+    print(f"errors: {errors}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Paged attention: KV written into fixed-size blocks, read back through per-sequence block tables.
+
+Tokens of one step are flattened: first one token per decoding sequence, then the prefill chunks.
+The torch path runs all decodes as one padded SDPA call and each prefill chunk as its own call with a
+bottom-right-aligned causal mask (query i sees cached keys plus new keys up to itself).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class PrefillChunk:
+    q_start: int  # offset of the chunk in the flattened batch
+    q_len: int
+    context_len: int  # keys visible to the last query: cached tokens + q_len
+    block_table: torch.Tensor  # [ceil(context_len / block_size)] block ids
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [T] flat cache slot for each new token
+    num_decodes: int  # the first num_decodes tokens are one-token decodes
+    decode_block_tables: torch.Tensor  # [num_decodes, max_blocks], padded
+    decode_context_lens: torch.Tensor  # [num_decodes]
+    prefills: list[PrefillChunk]
+    # Varlen views of the prefill chunks, for kernels that take them (flash-attn).
+    cu_seqlens_q: torch.Tensor | None = None
+    cu_seqlens_k: torch.Tensor | None = None
+    prefill_block_tables: torch.Tensor | None = None
+
+
+def flash_attn_available() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def select_attention_backend(device_type: str, flash_available: bool, block_size: int) -> str:
+    """'flash_attn' on CUDA when installed and the block size fits its paged kernels, else 'torch_sdpa'."""
+    if device_type == "cuda" and flash_available and block_size % 256 == 0:
+        return "flash_attn"
+    return "torch_sdpa"
+
+
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+    """Store each new token's K/V at its slot (block_id * block_size + offset)."""
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
+
+
+class TorchPagedAttention:
+    """SDPA over gathered blocks; works on CPU and as the CUDA fallback."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [num_blocks, block_size, Hkv, D]. Returns [T, Hq, D]."""
+        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        out = torch.empty_like(q)
+        nd = meta.num_decodes
+        if nd:
+            out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens)
+        for chunk in meta.prefills:
+            qs, qe = chunk.q_start, chunk.q_start + chunk.q_len
+            if chunk.context_len == chunk.q_len:  # nothing cached: attend over the fresh keys directly
+                ks, vs, mask = k[qs:qe], v[qs:qe], None
+            else:
+                ks = _gather(k_cache, chunk.block_table, chunk.context_len)
+                vs = _gather(v_cache, chunk.block_table, chunk.context_len)
+                mask = _bottom_right_causal(chunk.q_len, chunk.context_len, q.device)
+            out[qs:qe] = self._sdpa(q[qs:qe], ks, vs, mask)
+        return out
+
+    def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        o = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask, is_causal=mask is None, scale=self.scale, enable_gqa=True,
+        )
+        return o.squeeze(0).transpose(0, 1)
+
+    def _decode(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        block_tables: torch.Tensor, context_lens: torch.Tensor,
+    ) -> torch.Tensor:
+        b, max_blocks = block_tables.shape
+        block_size = k_cache.shape[1]
+        flat = block_tables.reshape(-1)  # index_select: far faster than advanced indexing on CPU
+        keys = k_cache.index_select(0, flat).view(b, max_blocks * block_size, *k_cache.shape[2:]).transpose(1, 2)
+        values = v_cache.index_select(0, flat).view(b, max_blocks * block_size, *v_cache.shape[2:]).transpose(1, 2)
+        positions = torch.arange(max_blocks * block_size, device=q.device)
+        mask = (positions.unsqueeze(0) < context_lens.unsqueeze(1)).view(b, 1, 1, -1)
+        o = F.scaled_dot_product_attention(
+            q.unsqueeze(2), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
+        )
+        return o.squeeze(2)
+
+
+class FlashPagedAttention:
+    """flash-attn's paged kernels (CUDA, block_size a multiple of 256)."""
+
+    def __init__(self, scale: float) -> None:
+        from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+
+        self.scale = scale
+        self._varlen = flash_attn_varlen_func
+        self._with_kvcache = flash_attn_with_kvcache
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        out = torch.empty_like(q)
+        nd = meta.num_decodes
+        if nd:
+            out[:nd] = self._with_kvcache(
+                q[:nd].unsqueeze(1), k_cache, v_cache,
+                cache_seqlens=meta.decode_context_lens.to(torch.int32),
+                block_table=meta.decode_block_tables.to(torch.int32), softmax_scale=self.scale, causal=True,
+            ).squeeze(1)
+        if meta.prefills:
+            assert meta.cu_seqlens_q is not None and meta.cu_seqlens_k is not None
+            out[nd:] = self._varlen(
+                q[nd:], k_cache, v_cache,
+                cu_seqlens_q=meta.cu_seqlens_q, cu_seqlens_k=meta.cu_seqlens_k,
+                max_seqlen_q=max(c.q_len for c in meta.prefills),
+                max_seqlen_k=max(c.context_len for c in meta.prefills),
+                softmax_scale=self.scale, causal=True, block_table=meta.prefill_block_tables,
+            )
+        return out
+
+
+def build_attention(backend: str, scale: float) -> TorchPagedAttention | FlashPagedAttention:
+    if backend == "flash_attn":
+        return FlashPagedAttention(scale)
+    if backend == "torch_sdpa":
+        return TorchPagedAttention(scale)
+    raise ValueError(f"unknown attention backend {backend!r}")
+
+
+def _gather(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """[length, Hkv, D] of one sequence's cached tokens, in order."""
+    return cache.index_select(0, block_table).view(-1, *cache.shape[2:])[:length]
+
+
+def _bottom_right_causal(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+    """Query i (the (k_len - q_len + i)-th token) may see keys 0 .. k_len - q_len + i."""
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)

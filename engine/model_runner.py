@@ -1,0 +1,134 @@
+"""Loads the model, owns the paged KV cache, turns a scheduled batch into one forward pass and samples."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.config import EngineConfig
+from engine.cuda_graph import DecodeGraphs, use_cuda_graphs
+from engine.layers.attention import (
+    AttentionMetadata,
+    FlashPagedAttention,
+    PrefillChunk,
+    TorchPagedAttention,
+    flash_attn_available,
+    select_attention_backend,
+)
+from engine.loader import load_weights
+from engine.loader.dummy import init_dummy_weights
+from engine.models.config import ModelConfig
+from engine.models.llama import LlamaForCausalLM
+from engine.sampler import SampleResult, sample
+from engine.scheduler import ScheduledBatch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def num_kv_blocks(config: EngineConfig, model_config: ModelConfig, device: torch.device) -> int:
+    """Blocks that fit the KV budget: kv_cache_memory on CPU, a fraction of free memory on GPU."""
+    block_bytes = model_config.kv_bytes_per_token(DTYPES[config.dtype].itemsize) * config.block_size
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = int(free * config.gpu_memory_utilization)
+    else:
+        budget = config.kv_cache_memory
+    blocks = budget // block_bytes
+    if blocks < 1:
+        raise ValueError(f"KV cache budget of {budget} bytes holds no block of {block_bytes} bytes")
+    return blocks
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_path: str, model_config: ModelConfig, max_model_len: int) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.dtype = DTYPES[config.dtype]
+        self.block_size = config.block_size
+        self.model_config = model_config
+        model = LlamaForCausalLM.create_empty(model_config, max_model_len, torch.device("cpu"))
+        if config.load_format == "dummy":
+            init_dummy_weights(model)
+        else:
+            model.load_weights(load_weights(model_path))
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.model.rotary.build_tables(self.device)  # cos/sin tables stay in float32
+        backend = select_attention_backend(self.device.type, flash_attn_available(), config.block_size)
+        self.model.set_attention(FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention)
+        self.attention_backend = backend
+        self.num_blocks = num_kv_blocks(config, model_config, self.device)
+        self.scratch_block = self.num_blocks  # one extra block: padded slots of CUDA-graph batches write here
+        shape = (model_config.num_layers, self.num_blocks + 1, config.block_size,
+                 model_config.num_kv_heads, model_config.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.model.bind_kv_cache(list(self.k_cache.unbind(0)), list(self.v_cache.unbind(0)))
+        self.max_blocks_per_seq = -(-max_model_len // config.block_size)
+        self.graphs: DecodeGraphs | None = None
+        if use_cuda_graphs(self.device.type, config.enforce_eager):
+            self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks_per_seq, self.scratch_block,
+                                       config.block_size, self.device)
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> SampleResult | None:
+        """Run the batch; sample one token for each sequence whose scheduled tokens reach its end."""
+        input_ids, positions, slots = [], [], []
+        bs = self.block_size
+        decode_tables, decode_lens, prefills, sample_rows = [], [], [], []
+        offset = 0
+        for seq, n in zip(batch.seqs, batch.num_tokens, strict=True):
+            start = seq.num_computed_tokens
+            table = seq.block_table
+            input_ids.extend(seq.token_ids[start:start + n])
+            positions.extend(range(start, start + n))
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+            if n == 1:
+                decode_tables.append(table)
+                decode_lens.append(start + 1)
+            else:
+                used = table[: -(-(start + n) // bs)]
+                prefills.append(PrefillChunk(offset, n, start + n, torch.tensor(used, device=self.device)))
+            offset += n
+            if start + n == seq.num_tokens:
+                sample_rows.append(offset - 1)
+        if self.graphs is not None and not prefills and self.graphs.can_run(len(decode_tables)):
+            hidden = self.graphs.run(input_ids, positions, slots, decode_tables, decode_lens)
+        else:
+            meta = self._metadata(slots, decode_tables, decode_lens, prefills)
+            ids = torch.tensor(input_ids, device=self.device)
+            pos = torch.tensor(positions, device=self.device)
+            hidden = self.model(ids, pos, meta)
+        if not sample_rows:
+            return None
+        sampled = [s for s, n in zip(batch.seqs, batch.num_tokens, strict=True) if s.num_computed_tokens + n == s.num_tokens]
+        logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(sample_rows, device=self.device)))
+        return sample(logits, [s.params for s in sampled], [s.generator for s in sampled])
+
+    def _metadata(self, slots: list[int], decode_tables: list[list[int]], decode_lens: list[int],
+                  prefills: list[PrefillChunk]) -> AttentionMetadata:
+        width = max((-(-n // self.block_size) for n in decode_lens), default=0)
+        padded = [t[:width] + [self.scratch_block] * (width - len(t[:width])) for t in decode_tables]
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, device=self.device),
+            num_decodes=len(decode_tables),
+            decode_block_tables=torch.tensor(padded, dtype=torch.long, device=self.device).view(len(padded), width),
+            decode_context_lens=torch.tensor(decode_lens, dtype=torch.long, device=self.device),
+            prefills=prefills,
+        )
+        if self.attention_backend == "flash_attn" and prefills:
+            cu_q, cu_k = [0], [0]
+            for c in prefills:
+                cu_q.append(cu_q[-1] + c.q_len)
+                cu_k.append(cu_k[-1] + c.context_len)
+            tables = torch.nn.utils.rnn.pad_sequence([c.block_table for c in prefills], batch_first=True)
+            meta.cu_seqlens_q = torch.tensor(cu_q, dtype=torch.int32, device=self.device)
+            meta.cu_seqlens_k = torch.tensor(cu_k, dtype=torch.int32, device=self.device)
+            meta.prefill_block_tables = tables.to(torch.int32)
+        return meta

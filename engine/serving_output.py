@@ -1,0 +1,161 @@
+"""Engine RequestOutputs -> OpenAI response dicts and stream chunks (chat and completions)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.llm_engine import RequestOutput
+    from engine.serving_params import PreparedRequest
+    from engine.tokenizer import Tokenizer
+
+
+@dataclass(slots=True)
+class _Choice:
+    text: list[str] = field(default_factory=list)
+    logprobs: list[dict] = field(default_factory=list)  # normalised: {token_id, logprob, top: [(id, lp)]}
+    finish_reason: str | None = None
+    output_tokens: int = 0
+
+
+def normalise_logprobs(entries: Iterable[Any] | None, token_ids: list[int]) -> list[dict]:
+    """The engine's per-token logprob records as {token_id, logprob, top: [(id, lp), ...]}.
+
+    Accepts either {"token_id", "logprob", "top_logprobs"} records or vLLM-style {token_id: logprob} maps
+    (the sampled token is then `token_ids[i]`).
+    """
+    out: list[dict] = []
+    for i, entry in enumerate(entries or ()):
+        if isinstance(entry, dict) and "logprob" in entry:
+            top_raw = entry.get("top_logprobs") or ()
+            top = list(top_raw.items()) if isinstance(top_raw, dict) else [tuple(t) for t in top_raw]
+            out.append({"token_id": int(entry["token_id"]), "logprob": float(entry["logprob"]),
+                        "top": [(int(t), float(lp)) for t, lp in top]})
+        else:
+            tid = token_ids[i]
+            ranked = sorted(((int(t), float(lp)) for t, lp in dict(entry).items()), key=lambda x: -x[1])
+            lp = dict(ranked).get(tid, float("-inf"))
+            out.append({"token_id": tid, "logprob": lp, "top": ranked})
+    return out
+
+
+class ResponseBuilder:
+    """Accumulates a request's outputs; makes the stream chunks as they come and the final response."""
+
+    def __init__(self, prepared: PreparedRequest, tokenizer: Tokenizer, response_id: str, top_logprobs: int) -> None:
+        self.prepared = prepared
+        self.tokenizer = tokenizer
+        self.id = response_id
+        self.created = int(time.time())
+        self.n = max(1, int(prepared.params.n))
+        self.top_logprobs = top_logprobs
+        self.choices: dict[int, _Choice] = {
+            i: _Choice() for i in range(self.n * len(prepared.prompts))
+        }
+        self.prompt_tokens: dict[int, int] = {i: len(p) for i, p in enumerate(prepared.prompts)}
+        self.cached_tokens: dict[int, int] = {}
+        self._object = "chat.completion.chunk" if prepared.kind == "chat" else "text_completion"
+        self._echo_pending = set(self.choices) if prepared.echo_texts else set()
+
+    # --- accumulation -----------------------------------------------------------------------------------
+
+    def add(self, prompt_index: int, out: RequestOutput) -> dict | None:
+        """Record one output; returns the stream chunk it makes (None when it carries nothing)."""
+        index = prompt_index * self.n + out.index
+        choice = self.choices[index]
+        self.prompt_tokens[prompt_index] = out.num_prompt_tokens
+        self.cached_tokens[prompt_index] = max(self.cached_tokens.get(prompt_index, 0), out.num_cached_tokens)
+        choice.output_tokens = out.num_output_tokens
+        text = out.new_text or ""
+        if index in self._echo_pending:
+            self._echo_pending.discard(index)
+            text = self.prepared.echo_texts[prompt_index] + text  # type: ignore[index]
+        logprobs = normalise_logprobs(out.logprobs, out.new_token_ids) if self.prepared.logprobs else []
+        choice.text.append(text)
+        choice.logprobs.extend(logprobs)
+        finish = out.finish_reason if out.finished else None
+        if finish is not None:
+            choice.finish_reason = finish
+        if not text and not logprobs and finish is None:
+            return None
+        return self._chunk(index, text, logprobs, finish)
+
+    # --- stream chunks ----------------------------------------------------------------------------------
+
+    def _envelope(self, choices: list[dict]) -> dict:
+        chunk: dict[str, Any] = {"id": self.id, "object": self._object, "created": self.created,
+                                 "model": self.prepared.model, "choices": choices}
+        if self.prepared.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def role_chunks(self) -> list[dict]:
+        """Chat streams open each choice with the assistant role."""
+        if self.prepared.kind != "chat":
+            return []
+        return [self._envelope([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                 "finish_reason": None}]) for i in self.choices]
+
+    def _chunk(self, index: int, text: str, logprobs: list[dict], finish: str | None) -> dict:
+        if self.prepared.kind == "chat":
+            delta = {"content": text} if text else {}
+            lp = {"content": self._chat_logprobs(logprobs)} if self.prepared.logprobs else None
+            choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
+        else:
+            lp = self._completion_logprobs(logprobs, 0) if self.prepared.logprobs else None
+            choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
+        return self._envelope([choice])
+
+    def usage(self) -> dict:
+        prompt = sum(self.prompt_tokens.values())
+        completion = sum(c.output_tokens for c in self.choices.values())
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": sum(self.cached_tokens.values())}}
+
+    def usage_chunk(self) -> dict:
+        return {"id": self.id, "object": self._object, "created": self.created, "model": self.prepared.model,
+                "choices": [], "usage": self.usage()}
+
+    # --- final response ---------------------------------------------------------------------------------
+
+    def response(self) -> dict:
+        choices = []
+        for index, c in sorted(self.choices.items()):
+            text = "".join(c.text)
+            if self.prepared.kind == "chat":
+                lp = {"content": self._chat_logprobs(c.logprobs)} if self.prepared.logprobs else None
+                choices.append({"index": index, "message": {"role": "assistant", "content": text},
+                                "logprobs": lp, "finish_reason": c.finish_reason})
+            else:
+                lp = self._completion_logprobs(c.logprobs, 0) if self.prepared.logprobs else None
+                choices.append({"index": index, "text": text, "logprobs": lp, "finish_reason": c.finish_reason})
+        return {"id": self.id, "object": "chat.completion" if self.prepared.kind == "chat" else "text_completion",
+                "created": self.created, "model": self.prepared.model, "choices": choices, "usage": self.usage()}
+
+    # --- logprob formats --------------------------------------------------------------------------------
+
+    def _token_str(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    def _chat_logprobs(self, entries: list[dict]) -> list[dict]:
+        out = []
+        for e in entries:
+            token = self._token_str(e["token_id"])
+            top = [{"token": self._token_str(t), "logprob": lp, "bytes": list(self._token_str(t).encode())}
+                   for t, lp in e["top"][: self.top_logprobs]]
+            out.append({"token": token, "logprob": e["logprob"], "bytes": list(token.encode()), "top_logprobs": top})
+        return out
+
+    def _completion_logprobs(self, entries: list[dict], offset: int) -> dict:
+        tokens, token_lps, tops, offsets = [], [], [], []
+        for e in entries:
+            token = self._token_str(e["token_id"])
+            tokens.append(token)
+            token_lps.append(e["logprob"])
+            tops.append({self._token_str(t): lp for t, lp in e["top"][: self.top_logprobs]})
+            offsets.append(offset)
+            offset += len(token)
+        return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}

@@ -1,0 +1,283 @@
+"""One pooled keep-alive HTTP client per upstream: timeouts, error mapping, and SSE streams that close at once.
+
+Shared by the OpenAI-compatible and Anthropic backends. Every failure leaves here as a `BackendError` with a
+metric reason (connect, timeout, status_429, status_4xx, status_5xx, protocol) and is counted once in
+`gateway_upstream_errors_total{backend,reason}`; requests in flight are tracked in `gateway_backend_inflight`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import orjson
+
+from gateway.backends.base import BackendError, Timeouts
+from gateway.backends.sse import SSEEvent, SSEParser, SSEProtocolError
+from gateway.errors import error_body
+from gateway.metrics import Metrics
+
+DRAIN_S = 1.0  # after the terminal event, wait this long for the body's end before dropping the connection
+READY_TIMEOUTS = Timeouts(connect=2.0, first_byte=3.0, total=3.0)
+ERROR_BODY_LIMIT = 1 << 20  # read at most this much of an error body
+
+
+def parse_retry_after(headers: object) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date); None if absent."""
+    get = getattr(headers, "get", None)
+    if get is None:
+        return None
+    ms = get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def openai_error_envelope(status: int, raw: bytes) -> dict:
+    """The upstream's error body as OpenAI's envelope: kept when it already is one, rebuilt otherwise
+    (FastAPI `{"detail": ...}`, TGI `{"error": "text"}`, HTML from a proxy, an empty body)."""
+    parsed: object = None
+    try:
+        parsed = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    kind = "invalid_request_error" if status < 500 else "upstream_error"
+    if isinstance(parsed, dict):
+        err = parsed.get("error")
+        if isinstance(err, dict) and "message" in err:
+            return {"error": {"message": str(err.get("message")), "type": err.get("type") or kind,
+                              "param": err.get("param"), "code": err.get("code")}}
+        for key in ("error", "detail", "message"):
+            value = parsed.get(key)
+            if isinstance(value, str) and value:
+                return error_body(value, kind)
+            if value is not None and key == "detail":
+                return error_body(orjson.dumps(value).decode(), kind)
+    text = raw[:500].decode("utf-8", "replace").strip()
+    message = f"upstream answered HTTP {status}" + (f": {text}" if text else "")
+    return error_body(message, kind)
+
+
+class HTTPUpstream:
+    """The HTTP side of a backend. `envelope` turns an upstream error body into OpenAI's envelope."""
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        headers: dict[str, str],
+        max_connections: int,
+        metrics: Metrics,
+        envelope: Callable[[int, bytes], dict] = openai_error_envelope,
+    ) -> None:
+        self.name = name
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Content-Type": "application/json", **headers}
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._inflight = metrics.backend_inflight.labels(name)
+        self._errors = metrics.upstream_errors
+        self._envelope = envelope
+
+    async def start(self) -> None:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, timeout=aiohttp.ClientTimeout(total=None)
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def fail(self, err: BackendError) -> BackendError:
+        """Count an error in the metrics; returns it for `raise`."""
+        self._errors.labels(self.name, err.reason).inc()
+        return err
+
+    async def request_json(
+        self, method: str, path: str, payload: bytes | None, timeouts: Timeouts, track: bool = True
+    ) -> dict:
+        """One request whose answer is JSON. `track=False` (readiness probes) skips the metrics."""
+        if track:
+            self._inflight.inc()
+        try:
+            resp = await self._open(method, path, payload, timeouts, track)
+            try:
+                raw = await resp.read()
+            except TimeoutError:
+                raise self._tracked(track, self._timeout(f"total timeout of {timeouts.total}s", True)) from None
+            except aiohttp.ClientError as e:
+                raise self._tracked(track, BackendError("protocol", f"reading the upstream body failed: {e}",
+                                                        502, retryable=True)) from None
+            finally:
+                resp.release()
+            try:
+                answer = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise self._tracked(track, BackendError("protocol", "upstream answered with invalid JSON",
+                                                        502)) from None
+            if not isinstance(answer, dict):
+                raise self._tracked(track, BackendError("protocol", "upstream answered JSON that is not an "
+                                                        "object", 502))
+            return answer
+        finally:
+            if track:
+                self._inflight.dec()
+
+    async def stream_events(
+        self, path: str, payload: bytes, timeouts: Timeouts, is_terminal: Callable[[SSEEvent], bool]
+    ) -> AsyncIterator[SSEEvent]:
+        """POST and yield SSE events as their bytes arrive, the terminal one included; then end.
+
+        The first event must come within `first_byte` of the start. Ending before the terminal event raises
+        BackendError("protocol"). Closing this iterator early closes the upstream connection at once, so the
+        upstream sees the client go away; a stream read to its end gives its connection back to the pool.
+        """
+        self._inflight.inc()
+        resp: aiohttp.ClientResponse | None = None
+        yielded = False
+        try:
+            parser = SSEParser()
+            pending: list[SSEEvent] = []
+            try:
+                async with asyncio.timeout(timeouts.first_byte) as first_byte:
+                    resp = await self._open("POST", path, payload, timeouts, True, guarded=False)
+                    pending = await self._next_events(resp, parser, timeouts, yielded)
+            except TimeoutError:
+                if first_byte.expired():
+                    raise self.fail(self._timeout(f"no first event within {timeouts.first_byte}s", True)) from None
+                raise self.fail(self._timeout(f"total timeout of {timeouts.total}s", True)) from None
+            while pending:
+                for event in pending:
+                    if is_terminal(event):
+                        yielded = True
+                        yield event
+                        await self._drain(resp)
+                        resp = None
+                        return
+                    yielded = True
+                    yield event
+                pending = await self._next_events(resp, parser, timeouts, yielded)
+            raise self.fail(BackendError("protocol", "upstream closed the stream before it finished", 502,
+                                         retryable=not yielded))
+        except SSEProtocolError as e:
+            raise self.fail(BackendError("protocol", str(e), 502, retryable=not yielded)) from None
+        finally:
+            if resp is not None:
+                resp.close()  # drops the connection: the upstream sees the client leave
+            self._inflight.dec()
+
+    async def _next_events(
+        self, resp: aiohttp.ClientResponse, parser: SSEParser, timeouts: Timeouts, yielded: bool
+    ) -> list[SSEEvent]:
+        """Read until at least one event is complete; [] at end of body."""
+        while True:
+            try:
+                chunk = await resp.content.readany()
+            except TimeoutError:
+                raise self.fail(self._timeout(f"total timeout of {timeouts.total}s", not yielded)) from None
+            except aiohttp.ClientPayloadError as e:
+                raise self.fail(BackendError("protocol", f"upstream stream was cut: {e}", 502,
+                                             retryable=not yielded)) from None
+            except aiohttp.ClientError as e:
+                raise self.fail(BackendError("protocol", f"upstream stream failed: {e}", 502,
+                                             retryable=not yielded)) from None
+            if not chunk:
+                return []
+            events = parser.feed(chunk)
+            if events:
+                return events
+
+    async def _drain(self, resp: aiohttp.ClientResponse) -> None:
+        """Read the body's end so the keep-alive connection can be reused; drop it if that stalls."""
+        try:
+            async with asyncio.timeout(DRAIN_S):
+                while await resp.content.readany():
+                    pass
+        except (TimeoutError, aiohttp.ClientError):
+            resp.close()
+            return
+        resp.release()
+
+    async def _open(
+        self, method: str, path: str, payload: bytes | None, timeouts: Timeouts, track: bool, guarded: bool = True
+    ) -> aiohttp.ClientResponse:
+        """Send the request and wait for a 2xx response's headers (within first_byte unless the caller
+        guards that itself). Error statuses are read and raised as BackendError."""
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        url = self.base_url + path
+        timeout = aiohttp.ClientTimeout(total=timeouts.total, sock_connect=timeouts.connect)
+        for attempt in (1, 2):
+            try:
+                async with asyncio.timeout(timeouts.first_byte if guarded else None) as first_byte:
+                    resp = await self._session.request(method, url, data=payload, timeout=timeout)
+                break
+            except aiohttp.ConnectionTimeoutError:
+                raise self._tracked(track, self._timeout(f"connect timeout of {timeouts.connect}s to {url}",
+                                                         True)) from None
+            except TimeoutError:
+                if first_byte.expired():
+                    raise self._tracked(track, self._timeout(
+                        f"no response headers within {timeouts.first_byte}s", True)) from None
+                if guarded:
+                    raise self._tracked(track, self._timeout(f"total timeout of {timeouts.total}s", True)) from None
+                raise  # the caller's own first-byte guard tells the two apart
+            except aiohttp.ClientConnectorError as e:
+                raise self._tracked(track, BackendError("connect", f"cannot connect to {url}: {e.os_error}",
+                                                        502, retryable=True)) from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                # A pooled keep-alive connection the upstream had already closed: one fresh try.
+                if attempt == 2:
+                    raise self._tracked(track, BackendError("connect", f"upstream {url} dropped the "
+                                                            f"connection: {e}", 502, retryable=True)) from None
+            except aiohttp.ClientError as e:
+                raise self._tracked(track, BackendError("protocol", f"request to {url} failed: {e}", 502,
+                                                        retryable=True)) from None
+        if resp.status >= 400:
+            raise self._tracked(track, await self._status_error(resp))
+        return resp
+
+    async def _status_error(self, resp: aiohttp.ClientResponse) -> BackendError:
+        status = resp.status
+        try:
+            raw = await resp.content.read(ERROR_BODY_LIMIT)
+        except (TimeoutError, aiohttp.ClientError):
+            raw = b""
+        finally:
+            resp.release()
+        body = self._envelope(status, raw)
+        message = str(body["error"].get("message"))
+        retry_after = parse_retry_after(resp.headers)
+        if status == 429:
+            return BackendError("status_429", message, 429, True, body, retry_after)
+        if status >= 500:
+            status_out = 503 if status == 529 else status  # 529: Anthropic's "overloaded"
+            return BackendError("status_5xx", message, status_out, True, body, retry_after)
+        return BackendError("status_4xx", message, status, False, body)
+
+    def _timeout(self, what: str, retryable: bool) -> BackendError:
+        return BackendError("timeout", f"upstream {self.name}: {what}", 504, retryable=retryable)
+
+    def _tracked(self, track: bool, err: BackendError) -> BackendError:
+        return self.fail(err) if track else err

@@ -1,0 +1,57 @@
+"""L1: the exact cache. One Redis string per canonical request, with an absolute TTL (reads never extend it)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import orjson
+
+from gateway.cache import keyspace as ks
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from gateway.redis_guard import RedisGuard
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    completion: dict
+    stored_at: float  # unix time of the store; max-age compares against it
+
+
+class ExactCache:
+    def __init__(self, redis: aioredis.Redis, lookup_guard: RedisGuard, store_guard: RedisGuard) -> None:
+        self._redis = redis
+        self._lookup_guard = lookup_guard
+        self._store_guard = store_guard
+
+    async def get(self, ns: str, digest: str) -> Stored | None:
+        """Raises RedisUnavailable when Redis is slow or down (the caller treats it as a miss)."""
+        key = ks.exact_entry(ns, digest)
+        raw = await self._lookup_guard.call(lambda: self._redis.get(key))
+        if raw is None:
+            return None
+        doc = orjson.loads(raw)
+        return Stored(completion=doc["c"], stored_at=doc["at"])
+
+    async def put(self, tenant: str, model: str, ns: str, digest: str, completion: dict, ttl_s: float) -> None:
+        now = time.time()
+        expires_at = now + ttl_s
+        value = orjson.dumps({"at": now, "c": completion})
+
+        async def write() -> list:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.set(ks.exact_entry(ns, digest), value, px=max(1, int(ttl_s * 1000)))
+            pipe.zadd(ks.exact_index(ns), {digest: expires_at})
+            pipe.zremrangebyscore(ks.exact_index(ns), "-inf", now)  # forget entries Redis already expired
+            pipe.sadd(ks.NAMESPACES, namespace_member(tenant, model, ns))
+            return await pipe.execute()
+
+        await self._store_guard.call(write)
+
+
+def namespace_member(tenant: str, model: str, ns: str) -> bytes:
+    return orjson.dumps([tenant, model, ns])

@@ -1,0 +1,310 @@
+"""L2: the semantic cache, shared through Redis by every gateway process.
+
+Entries (vector, metadata, completion) live in Redis under the namespace's hash tag; every process loads the
+vectors at start and follows the events stream, so an entry stored by one worker is served by any other.
+Locally only vectors and metadata are held; the completion is read from Redis on a hit, which also makes TTL
+expiry and purges effective everywhere at once (a vanished entry is a miss and is dropped locally).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from gateway.cache import keyspace as ks
+from gateway.cache.exact import namespace_member
+from gateway.cache.index import EntryMeta
+from gateway.cache.keys import SemanticQuery
+from gateway.cache.verifier import verify as verify_pair
+from gateway.redis_guard import RedisUnavailable
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from gateway.cache.config import SemanticConfig
+    from gateway.cache.worker import SemanticWorker
+    from gateway.redis_guard import RedisGuard
+
+log = logging.getLogger("gateway.cache")
+LOAD_CHUNK = 512
+FOLLOW_BLOCK_MS = 500  # below the client's 1 s socket timeout
+SWEEP_EVERY_S = 30.0
+MAX_FETCHES = 2  # candidates read from Redis per lookup before giving up
+
+
+@dataclass(slots=True)
+class Outcome:
+    result: str  # hit | miss | rejected | unavailable | error
+    vector: np.ndarray | None = None  # the query's embedding, reused by the store after a miss
+    completion: dict | None = None
+    similarity: float | None = None
+    reason: str | None = None  # the verifier's reason when it turned a candidate down
+
+
+def entry_id(scope: str, text: str) -> str:
+    """Deterministic, so two processes storing the same question write one entry, not two."""
+    return hashlib.sha256(f"{scope}\0{text}".encode()).hexdigest()[:24]
+
+
+class SemanticCache:
+    def __init__(self, redis: aioredis.Redis, lookup_guard: RedisGuard, store_guard: RedisGuard,
+                 worker: SemanticWorker) -> None:
+        self._redis = redis
+        self._lookup_guard = lookup_guard
+        self._store_guard = store_guard
+        self.worker = worker
+        self._tasks: set[asyncio.Task] = set()
+        self._sync_task: asyncio.Task | None = None
+        self.synced = asyncio.Event()  # set once the start-up load finished and the stream is followed
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the model and the shared entries in the background; idempotent."""
+        if self._sync_task is None:
+            self._sync_task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        if not await self.worker.wait_ready_or_load():
+            return
+        last_id = await self._retry(self._load_all)
+        self.synced.set()
+        await self._follow(last_id)
+
+    async def _retry(self, fn: Any) -> Any:
+        delay = 0.2
+        while True:
+            try:
+                return await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Redis down at start: keep trying, lookups miss meanwhile
+                log.warning("semantic cache: loading entries failed (%s); retrying in %.1fs", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._sync_task, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def drain(self) -> None:
+        """Wait for background stores (tests and benchmarks)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- lookup -------------------------------------------------------------------------------------------
+
+    async def lookup(self, ns: str, query: SemanticQuery, threshold: float, verify: bool,
+                     max_age: float | None) -> Outcome:
+        if not self.worker.ready:
+            return Outcome("unavailable")
+        if not self.worker.indexes.has_entries(query.scope):
+            return Outcome("miss")  # nothing to compare with: skip the embedding, the store computes it
+        vector, candidates = await self.worker.lookup(query.text, query.scope)
+        now = time.time()
+        t0 = time.perf_counter()
+        accepted: list[tuple[EntryMeta, float]] = []
+        rejected: str | None = None
+        for meta, score in candidates:
+            if score < threshold:
+                break  # FAISS returns candidates best first
+            if not meta.live(now) or (max_age is not None and now - meta.stored_at > max_age):
+                continue
+            if verify:
+                verdict = verify_pair(query.text, meta.text)
+                if not verdict.ok:
+                    rejected = rejected or verdict.reason
+                    continue
+            accepted.append((meta, score))
+        timings = self.worker.timings
+        timings.verify_s += time.perf_counter() - t0
+        timings.verified += 1
+        for meta, score in accepted[:MAX_FETCHES]:
+            key = ks.semantic_entry(ns, meta.entry_id)
+            t1 = time.perf_counter()
+            raw = await self._lookup_guard.call(lambda key=key: self._redis.hget(key, "c"))
+            timings.fetch_s += time.perf_counter() - t1
+            timings.fetched += 1
+            if raw is None:  # expired or evicted elsewhere before its event reached us
+                self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
+                continue
+            self.spawn(self._touch(ns, meta))
+            return Outcome("hit", vector, orjson.loads(raw), score)
+        return Outcome("rejected" if rejected else "miss", vector, reason=rejected)
+
+    async def _touch(self, ns: str, meta: EntryMeta) -> None:
+        """Record the use for LRU eviction. The TTL is absolute: a hit never extends it."""
+        await self.worker.run(self.worker.indexes.touch, meta.scope, meta.entry_id)
+        try:
+            await self._store_guard.call(
+                lambda: self._redis.zadd(ks.semantic_lru(ns, meta.scope), {meta.entry_id: time.time()}, xx=True)
+            )
+        except RedisUnavailable:
+            pass  # the LRU order is advisory; the entry itself is intact
+
+    # ---- store --------------------------------------------------------------------------------------------
+
+    async def store(self, tenant: str, model: str, ns: str, query: SemanticQuery, completion: dict,
+                    config: SemanticConfig, vector: np.ndarray | None) -> None:
+        """Embed (unless the lookup already did), write to Redis, announce on the stream, index locally."""
+        if vector is None:
+            vector = await self.worker.embed(query.text)
+        now = time.time()
+        expires_at = now + config.ttl
+        eid = entry_id(query.scope, query.text)
+        meta = EntryMeta(eid, ns, query.scope, query.text, now, expires_at)
+        v64 = base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes())
+        meta_doc = orjson.dumps({"scope": query.scope, "text": query.text, "at": now, "exp": expires_at})
+        key, lru = ks.semantic_entry(ns, eid), ks.semantic_lru(ns, query.scope)
+
+        async def write() -> list:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hset(key, mapping={"v": v64, "m": meta_doc, "c": orjson.dumps(completion)})
+            pipe.pexpireat(key, int(expires_at * 1000))
+            pipe.zadd(ks.semantic_index(ns), {eid: expires_at})
+            pipe.zremrangebyscore(ks.semantic_index(ns), "-inf", now)
+            pipe.zadd(lru, {eid: now})
+            pipe.sadd(ks.semantic_scopes(ns), query.scope)
+            pipe.sadd(ks.NAMESPACES, namespace_member(tenant, model, ns))
+            pipe.xadd(ks.EVENTS, {"op": "add", "ns": ns, "id": eid, "m": meta_doc, "v": v64},
+                      maxlen=ks.EVENTS_MAXLEN, approximate=True)
+            pipe.zcard(lru)
+            return await pipe.execute()
+
+        results = await self._store_guard.call(write)
+        await self.worker.run(self.worker.indexes.add, meta, vector)
+        excess = int(results[-1]) - config.max_entries
+        if excess > 0:
+            await self._evict(ns, query.scope, excess)
+
+    async def _evict(self, ns: str, scope: str, count: int) -> None:
+        """Drop the scope's least recently used entries everywhere (Redis, then every process by event)."""
+        async def pop() -> list:
+            return await self._redis.zpopmin(ks.semantic_lru(ns, scope), count)
+
+        popped = await self._store_guard.call(pop)
+        ids = [_text(member) for member, _score in popped]
+        if not ids:
+            return
+
+        async def delete() -> list:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.delete(*(ks.semantic_entry(ns, eid) for eid in ids))
+            pipe.zrem(ks.semantic_index(ns), *ids)
+            pipe.xadd(ks.EVENTS, {"op": "del", "ns": ns, "ids": ",".join(ids)},
+                      maxlen=ks.EVENTS_MAXLEN, approximate=True)
+            return await pipe.execute()
+
+        await self._store_guard.call(delete)
+        for eid in ids:
+            await self.worker.run(self.worker.indexes.remove, eid)
+
+    # ---- sharing between processes ------------------------------------------------------------------------
+
+    async def _load_all(self) -> str:
+        """Load every live entry of every namespace; returns the stream id to follow from."""
+        newest = await self._redis.xrevrange(ks.EVENTS, count=1)
+        last_id = _text(newest[0][0]) if newest else "0-0"
+        now = time.time()
+        loaded = 0
+        for member in await self._redis.smembers(ks.NAMESPACES):
+            _tenant, _model, ns = orjson.loads(member)
+            ids = [_text(i) for i in await self._redis.zrangebyscore(ks.semantic_index(ns), now, "+inf")]
+            for start in range(0, len(ids), LOAD_CHUNK):
+                chunk = ids[start:start + LOAD_CHUNK]
+                pipe = self._redis.pipeline(transaction=False)
+                for eid in chunk:
+                    pipe.hmget(ks.semantic_entry(ns, eid), "v", "m")
+                rows = await pipe.execute()
+                metas, vectors = [], []
+                for eid, (v64, meta_doc) in zip(chunk, rows, strict=True):
+                    if v64 is None or meta_doc is None:
+                        continue
+                    metas.append(_meta(eid, ns, meta_doc))
+                    vectors.append(_vector(v64))
+                if metas:
+                    loaded += await self.worker.run(self.worker.indexes.add_many, metas, np.stack(vectors))
+        if loaded:
+            log.info("semantic cache: loaded %d entries from Redis", loaded)
+        return last_id
+
+    async def _follow(self, last_id: str) -> None:
+        delay = 0.2
+        next_sweep = time.monotonic() + SWEEP_EVERY_S
+        while True:
+            try:
+                response = await self._redis.xread({ks.EVENTS: last_id}, count=1000, block=FOLLOW_BLOCK_MS)
+                delay = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Redis restarting: keep the local index, try again shortly
+                log.debug("semantic cache: following events failed: %s", e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            for _stream, events in response or ():
+                for event_id, fields in events:
+                    last_id = _text(event_id)
+                    await self._apply({_text(k): v for k, v in fields.items()})
+            if time.monotonic() >= next_sweep:
+                await self.worker.run(self.worker.indexes.sweep_expired)
+                next_sweep = time.monotonic() + SWEEP_EVERY_S
+
+    async def _apply(self, event: dict[str, Any]) -> None:
+        op, ns = _text(event.get("op", b"")), _text(event.get("ns", b""))
+        indexes = self.worker.indexes
+        if op == "add":
+            meta = _meta(_text(event["id"]), ns, event["m"])
+            if meta.live(time.time()):
+                await self.worker.run(indexes.add, meta, _vector(event["v"]))
+        elif op == "del":
+            for eid in _text(event.get("ids", b"")).split(","):
+                if eid:
+                    await self.worker.run(indexes.remove, eid)
+        elif op == "purge":
+            await self.worker.run(indexes.drop_namespace, ns)
+
+    # ---- administration -----------------------------------------------------------------------------------
+
+    async def purge_namespace(self, ns: str) -> int:
+        """Delete every semantic entry of a namespace in Redis and tell every process. Returns entries deleted."""
+        ids = [_text(i) for i in await self._redis.zrange(ks.semantic_index(ns), 0, -1)]
+        scopes = [_text(s) for s in await self._redis.smembers(ks.semantic_scopes(ns))]
+        deleted = 0
+        for start in range(0, len(ids), LOAD_CHUNK):
+            chunk = ids[start:start + LOAD_CHUNK]
+            deleted += await self._redis.delete(*(ks.semantic_entry(ns, eid) for eid in chunk))
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.delete(ks.semantic_index(ns), ks.semantic_scopes(ns), *(ks.semantic_lru(ns, s) for s in scopes))
+        pipe.xadd(ks.EVENTS, {"op": "purge", "ns": ns}, maxlen=ks.EVENTS_MAXLEN, approximate=True)
+        await pipe.execute()
+        await self.worker.run(self.worker.indexes.drop_namespace, ns)
+        return int(deleted)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _vector(v64: Any) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(v64), dtype=np.float32).copy()
+
+
+def _meta(eid: str, ns: str, meta_doc: Any) -> EntryMeta:
+    doc = orjson.loads(meta_doc)
+    return EntryMeta(eid, ns, doc["scope"], doc["text"], doc["at"], doc["exp"])

@@ -1,0 +1,315 @@
+"""The cache stage: L1 exact then L2 semantic before the backend, stores after a complete success.
+
+Hits are answered with the stored completion unchanged except `id` (`chatcmpl-<request id>`, so every answer has
+its own id) and `created` (now). `usage` stays what the original call cost, which is also what the hit saved.
+
+Every Redis call on the request path goes through a RedisGuard; when Redis is slow or down, or the embedding
+model is not loaded, lookups are misses and stores are skipped: the request is always answered by the backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge, Histogram
+from redis.exceptions import RedisError
+
+from gateway.cache import keyspace as ks
+from gateway.cache.embedder import DIM, shared_embedder
+from gateway.cache.exact import ExactCache
+from gateway.cache.keys import SemanticQuery, exact_key, is_deterministic, namespace_id, semantic_query
+from gateway.cache.semantic import SemanticCache
+from gateway.cache.worker import SemanticWorker
+from gateway.errors import GatewayError, bad_request
+from gateway.redis_guard import RedisGuard, RedisUnavailable
+
+if TYPE_CHECKING:
+    from gateway.cache.config import CacheConfig, StoreMode
+    from gateway.pipeline import RequestContext, Resources
+
+log = logging.getLogger("gateway.cache")
+CACHEABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
+THRESHOLD_HEADER = "X-Cache-Threshold"  # a request may raise the route's semantic threshold, never lower it
+STORE_TIMEOUT_FACTOR = 10  # stores are off the latency path of hits; give them more room than lookups
+NOTE = "cache"
+
+
+class _Pending:
+    """What a lookup learned that the store after the response reuses (keys, the query's embedding)."""
+
+    __slots__ = ("config", "ns", "digest", "query", "vector")
+
+    def __init__(self, config: CacheConfig, ns: str, digest: str | None, query: SemanticQuery | None) -> None:
+        self.config = config
+        self.ns = ns
+        self.digest = digest
+        self.query = query
+        self.vector: Any = None
+
+
+class CacheStage:
+    def __init__(self, resources: Resources, worker: SemanticWorker | None = None) -> None:
+        self.metrics = resources.metrics
+        self._redis = resources.redis
+        timeout_s = resources.get_policy().redis.timeout_ms / 1000
+        self.lookup_guard = RedisGuard(self.metrics, "cache", timeout_s)
+        self.store_guard = RedisGuard(self.metrics, "cache_store", timeout_s * STORE_TIMEOUT_FACTOR)
+        self.exact = ExactCache(self._redis, self.lookup_guard, self.store_guard)
+        self.worker = worker or SemanticWorker(shared_embedder, DIM)
+        self.semantic = SemanticCache(self._redis, self.lookup_guard, self.store_guard, self.worker)
+        self.counts: Counter[tuple[str, str]] = Counter()
+        r = self.metrics.registry
+        self._stores = PromCounter("gateway_cache_stores", "Cache stores", ["layer", "result"], registry=r)
+        self._rejections = PromCounter(
+            "gateway_cache_verifier_rejections", "Semantic candidates turned down by the verifier", ["reason"],
+            registry=r,
+        )
+        self._entries = Gauge("gateway_cache_semantic_entries", "Semantic entries indexed in this process",
+                              registry=r)
+        self._entries.set_function(lambda: len(self.worker.indexes))
+        self._batch = Histogram("gateway_cache_embed_batch_size", "Texts per embedding call",
+                                buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
+        self.worker.on_batch = self._batch.observe
+
+    def start(self, policy_uses_semantic: bool) -> None:
+        if policy_uses_semantic:
+            self.semantic.start()
+
+    # ---- Stage protocol -----------------------------------------------------------------------------------
+
+    async def before(self, ctx: RequestContext) -> dict | None:
+        config: CacheConfig | None = ctx.route.cache
+        if config is None or ctx.endpoint not in CACHEABLE_ENDPOINTS:
+            ctx.response_headers["X-Cache"] = "BYPASS"
+            return None
+        threshold = self._threshold(ctx, config)
+        tenant = ctx.tenant.name
+        ns = namespace_id(tenant, ctx.model)
+        digest = (exact_key(tenant, ctx.route.index, ctx.route.model, config.version, ctx.endpoint, ctx.body)
+                  if config.exact else None)
+        query = (semantic_query(tenant, ctx.route.index, ctx.route.model, config.version, ctx.body)
+                 if config.semantic and ctx.endpoint == "chat.completions" else None)
+        pending = ctx.notes[NOTE] = _Pending(config, ns, digest, query)
+        if ctx.cache_control.no_cache:
+            ctx.response_headers["X-Cache"] = "BYPASS"
+            self._count("exact" if digest else "semantic", "bypass")
+            return None
+        ctx.response_headers["X-Cache"] = "MISS"
+        max_age = ctx.cache_control.max_age
+        if digest is not None:
+            hit = await self._exact_lookup(ns, digest, max_age)
+            if hit is not None:
+                ctx.response_headers["X-Cache"] = "HIT-EXACT"
+                return self._replay(ctx, hit)
+        if query is not None and config.semantic is not None:
+            self.semantic.start()
+            hit = await self._semantic_lookup(ctx, pending, query, threshold, max_age)
+            if hit is not None:
+                return self._replay(ctx, hit)
+        return None
+
+    async def after(self, ctx: RequestContext, completion: dict) -> None:
+        pending: _Pending | None = ctx.notes.get(NOTE)
+        if pending is None or ctx.cache_control.no_store:
+            return
+        try:
+            if not storable(completion):
+                self._stores.labels("any", "not_storable").inc()
+                return
+            config = pending.config
+            tenant = ctx.tenant.name
+            if pending.digest is not None and config.exact is not None and _allowed(config.exact.store, ctx):
+                try:
+                    await self.exact.put(tenant, ctx.model, pending.ns, pending.digest, completion, config.exact.ttl)
+                    self._stores.labels("exact", "stored").inc()
+                except RedisUnavailable:
+                    self._stores.labels("exact", "error").inc()
+            semantic = config.semantic
+            if pending.query is not None and semantic is not None and _allowed(semantic.store, ctx):
+                # Embedding takes milliseconds: store in the background so the response is not held up.
+                self.semantic.spawn(self._semantic_store(tenant, ctx.model, pending, completion))
+        except Exception:  # after() must never fail a request that already succeeded
+            log.exception("cache store failed")
+
+    async def close(self) -> None:
+        await self.semantic.close()
+        await self.worker.close()
+
+    # ---- admin --------------------------------------------------------------------------------------------
+
+    async def purge(self, tenant: str | None, model: str | None) -> int:
+        """Delete the entries of a tenant, a model, both, or everything (both None). Returns entries deleted."""
+        try:
+            deleted = 0
+            for member in await self._redis.smembers(ks.NAMESPACES):
+                t, m, ns = orjson.loads(member)
+                if (tenant is not None and t != tenant) or (model is not None and m != model):
+                    continue
+                deleted += await self._purge_exact(ns)
+                deleted += await self.semantic.purge_namespace(ns)
+                await self._redis.srem(ks.NAMESPACES, member)
+            return deleted
+        except (RedisError, OSError) as e:
+            raise _unavailable(e) from e
+
+    async def stats(self) -> dict:
+        now = time.time()
+        namespaces = []
+        try:
+            for member in await self._redis.smembers(ks.NAMESPACES):
+                tenant, model, ns = orjson.loads(member)
+                pipe = self._redis.pipeline(transaction=False)
+                pipe.zcount(ks.exact_index(ns), now, "+inf")
+                pipe.zcount(ks.semantic_index(ns), now, "+inf")
+                exact_n, semantic_n = await pipe.execute()
+                namespaces.append({"tenant": tenant, "model": model, "exact_entries": int(exact_n),
+                                   "semantic_entries": int(semantic_n)})
+        except (RedisError, OSError) as e:
+            raise _unavailable(e) from e
+        namespaces.sort(key=lambda n: (n["tenant"], n["model"]))
+        lookups: dict[str, dict[str, int]] = {}
+        for (layer, result), n in sorted(self.counts.items()):
+            lookups.setdefault(layer, {})[result] = n
+        return {
+            "exact_entries": sum(n["exact_entries"] for n in namespaces),
+            "semantic_entries": sum(n["semantic_entries"] for n in namespaces),
+            "namespaces": namespaces,
+            "process": {
+                "lookups": lookups,
+                "semantic_indexed": len(self.worker.indexes),
+                "semantic_scopes": len(self.worker.indexes.scopes),
+                "embedder": "ready" if self.worker.ready else "not loaded",
+                "timings": self.worker.timings.as_dict(),
+            },
+        }
+
+    async def drain(self) -> None:
+        await self.semantic.drain()
+
+    # ---- internals ----------------------------------------------------------------------------------------
+
+    async def _exact_lookup(self, ns: str, digest: str, max_age: float | None) -> dict | None:
+        t0 = time.perf_counter()
+        try:
+            stored = await self.exact.get(ns, digest)
+        except RedisUnavailable:
+            self._observe("exact", "error", t0)
+            return None
+        if stored is None:
+            self._observe("exact", "miss", t0)
+            return None
+        if max_age is not None and time.time() - stored.stored_at > max_age:
+            self._observe("exact", "stale", t0)
+            return None
+        self._observe("exact", "hit", t0)
+        return stored.completion
+
+    async def _semantic_lookup(self, ctx: RequestContext, pending: _Pending, query: SemanticQuery,
+                               threshold: float, max_age: float | None) -> dict | None:
+        semantic = pending.config.semantic
+        assert semantic is not None
+        t0 = time.perf_counter()
+        try:
+            outcome = await self.semantic.lookup(pending.ns, query, threshold, semantic.verify, max_age)
+        except RedisUnavailable:
+            self._observe("semantic", "error", t0)
+            return None
+        except Exception:  # the embedder failing must not fail the request
+            log.exception("semantic lookup failed")
+            self._observe("semantic", "error", t0)
+            return None
+        pending.vector = outcome.vector
+        if outcome.reason:
+            self._rejections.labels(outcome.reason).inc()
+        self._observe("semantic", outcome.result, t0)
+        if outcome.result != "hit" or outcome.completion is None:
+            return None
+        ctx.response_headers["X-Cache"] = "HIT-SEMANTIC"
+        ctx.response_headers["X-Cache-Similarity"] = f"{outcome.similarity:.4f}"
+        return outcome.completion
+
+    async def _semantic_store(self, tenant: str, model: str, pending: _Pending, completion: dict) -> None:
+        assert pending.query is not None and pending.config.semantic is not None
+        try:
+            if not await self.worker.wait_ready_or_load():
+                self._stores.labels("semantic", "unavailable").inc()
+                return
+            self.semantic.start()
+            await self.semantic.store(tenant, model, pending.ns, pending.query, completion,
+                                      pending.config.semantic, pending.vector)
+            self._stores.labels("semantic", "stored").inc()
+        except RedisUnavailable:
+            self._stores.labels("semantic", "error").inc()
+        except Exception:
+            self._stores.labels("semantic", "error").inc()
+            log.exception("semantic store failed")
+
+    def _replay(self, ctx: RequestContext, completion: dict) -> dict:
+        usage = completion.get("usage") or {}
+        saved = usage.get("total_tokens") or 0
+        if saved:
+            self.metrics.tokens.labels("saved_by_cache").inc(saved)
+        return {**completion, "id": f"chatcmpl-{ctx.request_id}", "created": int(time.time())}
+
+    def _threshold(self, ctx: RequestContext, config: CacheConfig) -> float:
+        base = config.semantic.threshold if config.semantic else 1.0
+        raw = ctx.headers.get(THRESHOLD_HEADER)
+        if raw is None:
+            return base
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not 0.0 <= value <= 1.0:
+            raise bad_request(f"{THRESHOLD_HEADER} must be a number between 0 and 1, got {raw!r}.",
+                              code="invalid_cache_threshold")
+        return max(base, value)
+
+    def _observe(self, layer: str, result: str, t0: float) -> None:
+        self._count(layer, result)
+        self.metrics.cache_lookup_seconds.labels(layer).observe(time.perf_counter() - t0)
+
+    def _count(self, layer: str, result: str) -> None:
+        self.counts[(layer, result)] += 1
+        self.metrics.cache_lookups.labels(layer, result).inc()
+
+    async def _purge_exact(self, ns: str) -> int:
+        digests = [d.decode() if isinstance(d, bytes) else d for d in await self._redis.zrange(ks.exact_index(ns), 0, -1)]
+        deleted = 0
+        for start in range(0, len(digests), 512):
+            chunk = digests[start:start + 512]
+            deleted += await self._redis.delete(*(ks.exact_entry(ns, d) for d in chunk))
+        await self._redis.delete(ks.exact_index(ns))
+        return int(deleted)
+
+
+def storable(completion: dict) -> bool:
+    """Only complete successful answers: every choice finished, none cut by a content filter."""
+    if completion.get("error") is not None:
+        return False
+    choices = completion.get("choices")
+    if not choices:
+        return False
+    return all(c.get("finish_reason") and c.get("finish_reason") != "content_filter" for c in choices)
+
+
+def _allowed(mode: StoreMode, ctx: RequestContext) -> bool:
+    if mode == "never":
+        return False
+    return mode == "always" or is_deterministic(ctx.endpoint, ctx.body)
+
+
+def _unavailable(e: BaseException) -> GatewayError:
+    return GatewayError(503, f"The cache store (Redis) is unavailable: {e}", "server_error", "cache_unavailable")
+
+
+async def create_stage(resources: Resources) -> CacheStage:
+    stage = CacheStage(resources)
+    policy = resources.get_policy()
+    stage.start(any(r.cache is not None and r.cache.semantic is not None for r in policy.routes))
+    return stage

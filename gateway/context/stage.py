@@ -1,0 +1,240 @@
+"""The context stage: count, fit, compress and order the prompt before it is forwarded.
+
+It works on a copy of the request (the cache stage already keyed on `ctx.body`) and replaces
+`ctx.forward_body`. Routes without a `budget:` / `compression:` / `ordering:` section only lose the
+`documents` extension field, which is never forwarded. The response carries `X-Token-Budget`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from gateway.context import models
+from gateway.context.budget import Assembled, finish, plan, split_conversation
+from gateway.context.compress import parse_documents
+from gateway.context.config import ContextConfig
+from gateway.context.engine_tokens import engine_counter
+from gateway.context.metrics import ContextMetrics, context_metrics
+from gateway.context.ordering import add_breakpoints, canonical_tools
+from gateway.context.summarize import Summarizer, SummaryRequest
+from gateway.context.tokens import TokenCounter, counter_for_upstream, estimate_counter
+from gateway.errors import GatewayError, bad_request
+from gateway.pipeline import RequestContext, Resources
+from gateway.redis_guard import RedisGuard
+
+log = logging.getLogger("gateway.context")
+
+BUDGET_HEADER = "X-Token-Budget"
+OFFLOAD_CHARS = 64_000  # requests with more text than this are assembled on a worker thread
+REASONING_FAMILIES = ("o1", "o3", "o4", "gpt-5")  # OpenAI models that take max_completion_tokens
+
+
+class ContextStage:
+    def __init__(self, resources: Resources) -> None:
+        self.resources = resources
+        self.metrics: ContextMetrics = context_metrics(resources.metrics)
+        policy = resources.get_policy()
+        guard = RedisGuard(resources.metrics, "context", max(policy.redis.timeout_ms / 1000, 0.05))
+        self.summarizer = Summarizer(resources.backends, resources.redis, guard, self.metrics)
+        self._preloads: list[asyncio.Task] = []
+
+    def preload(self) -> None:
+        """Start loading engine tokenizers for the routes that will need them (seconds each, off the loop)."""
+        policy = self.resources.get_policy()
+        wanted = set()
+        for route in policy.routes:
+            target = policy.backends.get(route.backends[0].name) if route.backends else None
+            if route.context is not None and target is not None and target.type == "engine":
+                wanted.add(target.model or route.model)
+        self._preloads = [asyncio.create_task(self._engine_counter(m)) for m in sorted(wanted)]
+
+    async def before(self, ctx: RequestContext) -> dict | None:
+        config: ContextConfig | None = ctx.route.context
+        body = ctx.forward_body
+        if config is None:
+            if "documents" in body:
+                ctx.forward_body = {k: v for k, v in body.items() if k != "documents"}
+            return None
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise bad_request("'messages' must be a list of message objects", param="messages")
+        documents = parse_documents(body.get("documents"))
+        kind, model, anthropic_only = self._target(ctx)
+        counter = await self._counter(kind, model)
+        info = models.lookup(model)
+        window = config.budget.context_window or (info.window if info else models.DEFAULT_WINDOW)
+        reserved, asked_key = reserve_output(body, config, info, window)
+        tools = body.get("tools")
+        if isinstance(tools, list) and tools and config.ordering.enabled and config.ordering.sort_tools:
+            tools = canonical_tools(tools)
+        elif not isinstance(tools, list) or not tools:
+            tools = None
+
+        started = time.perf_counter()
+        large = _text_size(messages, documents) > OFFLOAD_CHARS
+        try:
+            p = await self._run(
+                large, plan, counter, config, window, reserved, split_conversation(messages), documents, tools,
+                messages,
+            )
+        except GatewayError:
+            self.metrics.rejected.inc()
+            raise
+        elapsed = time.perf_counter() - started
+        summary_text = None
+        if p.summary_max_tokens > 0:
+            summary = await self.summarizer.summarize(
+                SummaryRequest(
+                    tenant=ctx.tenant.name,
+                    backend=config.conversation.summarizer or "",
+                    model=self._summary_model(ctx, config),
+                    units=p.older,
+                    max_tokens=p.summary_max_tokens,
+                    timeout_s=config.conversation.timeout_s,
+                    ttl_s=config.conversation.cache_ttl_s,
+                )
+            )
+            p.report.summary_result = summary.result
+            summary_text = summary.text
+        started = time.perf_counter()
+        assembled = await self._run(large, finish, p, summary_text)
+        self.metrics.assembly_seconds.observe(elapsed + time.perf_counter() - started)
+
+        ctx.forward_body = self._forward_body(body, assembled, config, info, kind, model, anthropic_only, reserved, asked_key)
+        ctx.response_headers[BUDGET_HEADER] = assembled.report.header()
+        ctx.notes["context"] = assembled.report
+        self._count(config, assembled)
+        return None
+
+    async def after(self, ctx: RequestContext, completion: dict) -> None:
+        usage = completion.get("usage") if isinstance(completion, dict) else None
+        details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
+            self.metrics.tokens.labels("cached_upstream").inc(cached)
+        report = ctx.notes.get("context")
+        if report is not None and report.saved > 0:
+            self.metrics.tokens.labels("saved_by_compression").inc(report.saved)
+
+    async def close(self) -> None:
+        for task in self._preloads:
+            task.cancel()
+
+    # ---- helpers -------------------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _run(large: bool, fn: Any, *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args) if large else fn(*args)
+
+    def _target(self, ctx: RequestContext) -> tuple[str, str, bool]:
+        """(backend type, model name the upstream sees, whether every reachable backend is Anthropic)."""
+        backends = ctx.policy.backends
+        names = [b.name for b in ctx.route.backends] + list(ctx.route.fallbacks)
+        primary = backends.get(names[0]) if names else None
+        if primary is None:
+            return "openai", ctx.model, False
+        anthropic_only = all(n in backends and backends[n].type == "anthropic" for n in names)
+        return primary.type, primary.model or ctx.model, anthropic_only
+
+    async def _counter(self, kind: str, model: str) -> TokenCounter:
+        if kind == "engine":
+            return await self._engine_counter(model)
+        return counter_for_upstream(kind, model)
+
+    @staticmethod
+    async def _engine_counter(model: str) -> TokenCounter:
+        try:
+            return await engine_counter(model)
+        except (OSError, ValueError) as e:  # a remote replica's model we cannot load here: estimate
+            log.warning("no local tokenizer for engine model %r (%s); token counts are estimates", model, e)
+            return estimate_counter("engine")
+
+    def _summary_model(self, ctx: RequestContext, config: ContextConfig) -> str:
+        if config.conversation.model:
+            return config.conversation.model
+        backend = ctx.policy.backends.get(config.conversation.summarizer or "")
+        return (backend.model if backend is not None else None) or ctx.model
+
+    def _forward_body(
+        self,
+        body: dict,
+        assembled: Assembled,
+        config: ContextConfig,
+        info: models.ModelInfo | None,
+        kind: str,
+        model: str,
+        anthropic_only: bool,
+        reserved: int,
+        asked_key: str | None,
+    ) -> dict:
+        out = {k: v for k, v in body.items() if k != "documents"}
+        messages, tools = assembled.messages, assembled.tools
+        if anthropic_only and config.ordering.enabled and config.ordering.cache_breakpoints:
+            minimum = info.cache_min_tokens if info and info.cache_min_tokens else models.ANTHROPIC_DEFAULT_CACHE_MIN
+            messages, tools, added = add_breakpoints(
+                messages, tools, assembled.boundaries, assembled.report.tools, minimum
+            )
+            self.metrics.breakpoints.inc(added)
+        out["messages"] = messages
+        if tools is not None:
+            out["tools"] = tools
+        if asked_key is None:
+            key = "max_completion_tokens" if kind == "openai" and model.startswith(REASONING_FAMILIES) else "max_tokens"
+            out[key] = reserved
+        elif body[asked_key] > reserved:
+            out[asked_key] = reserved
+        return out
+
+    def _count(self, config: ContextConfig, assembled: Assembled) -> None:
+        r = assembled.report
+        for action, n in (
+            ("kept", r.documents_kept - r.documents_truncated),
+            ("truncated", r.documents_truncated),
+            ("duplicate", r.documents_duplicate),
+            ("dropped", r.documents_dropped),
+        ):
+            if n:
+                self.metrics.documents.labels(action).inc(n)
+        if r.messages_dropped:
+            if r.summary_result in ("error", "timeout", "no_room"):
+                reason = "summarizer_failed"
+            elif not config.conversation.summarizer:
+                reason = "no_summarizer"
+            else:
+                reason = "over_budget"
+            self.metrics.dropped_messages.labels(reason).inc(r.messages_dropped)
+
+
+def reserve_output(
+    body: dict, config: ContextConfig, info: models.ModelInfo | None, window: int
+) -> tuple[int, str | None]:
+    """(tokens reserved for the answer, the body key the client used for it or None)."""
+    asked_key = next((k for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None), None)
+    caps = [c for c in (config.budget.max_output_tokens, info.max_output if info else None) if c]
+    if asked_key is not None:
+        asked = body[asked_key]
+        if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+            raise bad_request(f"'{asked_key}' must be a positive integer", param=asked_key)
+        return min([asked, *caps]), asked_key
+    default = config.budget.max_output_tokens or int(window * config.budget.split.output)
+    return max(1, min([default, *caps])), None
+
+
+def _text_size(messages: list[dict], documents: list) -> int:
+    size = sum(len(d.content) for d in documents)
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            size += len(content)
+        elif isinstance(content, list):
+            size += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+    return size
+
+
+async def create_stage(resources: Resources) -> ContextStage:
+    stage = ContextStage(resources)
+    stage.preload()
+    return stage

@@ -1,0 +1,62 @@
+"""The semantic worker with the real model: off-loop embedding, micro-batching, scoped search."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from gateway.cache.embedder import DIM, MiniLMEmbedder
+from gateway.cache.index import EntryMeta
+from gateway.cache.worker import SemanticWorker
+
+
+async def started(embedder: MiniLMEmbedder, batching: bool = True) -> SemanticWorker:
+    worker = SemanticWorker(lambda: embedder, DIM, batching=batching)
+    assert await worker.wait_ready_or_load()
+    return worker
+
+
+async def test_embeddings_are_unit_vectors_and_paraphrases_are_close(embedder) -> None:
+    worker = await started(embedder)
+    try:
+        a, b, c = await asyncio.gather(worker.embed("How do I reset my password?"),
+                                       worker.embed("how do i reset my password"),
+                                       worker.embed("Best pizza in Naples"))
+        assert a.shape == (DIM,) and abs(float(np.linalg.norm(a)) - 1) < 1e-4
+        assert float(a @ b) > 0.95 > float(a @ c)
+    finally:
+        await worker.close()
+
+
+async def test_concurrent_lookups_share_encode_calls(embedder) -> None:
+    worker = await started(embedder)
+    try:
+        await asyncio.gather(*(worker.embed(f"question number {i}") for i in range(24)))
+        assert worker.timings.texts == 24
+        assert worker.timings.batches < 24  # queued while a batch encoded, they rode the next one together
+    finally:
+        await worker.close()
+
+
+async def test_without_batching_every_lookup_is_its_own_encode(embedder) -> None:
+    worker = await started(embedder, batching=False)
+    try:
+        await asyncio.gather(*(worker.embed(f"question number {i}") for i in range(6)))
+        assert worker.timings.batches == 6
+    finally:
+        await worker.close()
+
+
+async def test_lookup_searches_only_its_own_scope(embedder) -> None:
+    worker = await started(embedder)
+    try:
+        vec = await worker.embed("What is the capital of France?")
+        await worker.run(worker.indexes.add, EntryMeta("x", "ns", "scope-a", "What is the capital of France?",
+                                                       0.0, 1e12), vec)
+        _, same = await worker.lookup("what is the capital of france", "scope-a")
+        _, other = await worker.lookup("What is the capital of France?", "scope-b")
+        assert same and same[0][0].entry_id == "x" and same[0][1] > 0.85
+        assert other == []
+    finally:
+        await worker.close()
