@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -292,6 +293,9 @@ def main(argv: list[str]) -> int:
             parser.error(f"--{name} must be >= 1")
     if args.rate is not None and args.rate <= 0:
         parser.error("--rate must be > 0")
+    parts = urlsplit(args.url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        parser.error(f"--url must be an http:// or https:// URL, got {args.url!r}")
     try:
         workload = make_workload(args.workload, args.max_tokens)
     except WorkloadError as e:

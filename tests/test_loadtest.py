@@ -157,6 +157,7 @@ def test_cli_table_and_exit_1_on_errors(capsys: pytest.CaptureFixture[str]) -> N
         (["--workload", "chat-medium"], "unknown workload 'chat-medium'"),
         (["--concurrency", "0"], "--concurrency must be >= 1"),
         (["--rate", "-1"], "--rate must be > 0"),
+        (["--url", "localhost:8080"], "--url must be an http:// or https:// URL"),
     ],
 )
 def test_cli_bad_arguments_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

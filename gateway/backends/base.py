@@ -19,7 +19,8 @@ class Timeouts:
 class BackendError(Exception):
     """A failed backend call.
 
-    `reason` is the metric label: connect, timeout, status_429, status_4xx, status_5xx, protocol.
+    `reason` is the metric label: connect, timeout, status_429, status_4xx, status_5xx, protocol, and
+    bad_request / unsupported for requests a backend cannot express (400, not retried, not counted).
     `retryable` says whether retries/fallbacks may try again (connect errors, 429, 5xx, timeouts before the
     first byte). `body` is the upstream's error envelope when it sent one, passed through for 4xx.
     """
@@ -42,6 +43,7 @@ class BackendError(Exception):
         self.retry_after = retry_after
 
     def to_gateway_error(self) -> GatewayError:
+        headers = {"Retry-After": str(max(1, round(self.retry_after)))} if self.retry_after is not None else None
         err = (self.body or {}).get("error") if isinstance(self.body, dict) else None
         if isinstance(err, dict) and 400 <= self.status < 500:
             return GatewayError(
@@ -50,11 +52,12 @@ class BackendError(Exception):
                 str(err.get("type") or "invalid_request_error"),
                 err.get("code"),
                 err.get("param"),
+                headers,
             )
         if self.reason == "timeout":
             return GatewayError(504, self.message, "timeout_error", "upstream_timeout")
         status = self.status if 400 <= self.status < 600 else 502
-        return GatewayError(status, self.message, "upstream_error", self.reason)
+        return GatewayError(status, self.message, "upstream_error", self.reason, headers=headers)
 
 
 class Backend(Protocol):

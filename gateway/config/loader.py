@@ -124,7 +124,8 @@ def _server(raw: Any, check: Checker, base_dir: Path | None) -> ServerConfig:
     if data_dir:
         p = Path(data_dir).expanduser()
         cfg.data_dir = p if p.is_absolute() or base_dir is None else base_dir / p
-    cfg.max_body_bytes = check.get_int(m, "max_body_bytes", "server", cfg.max_body_bytes, minimum=1) or 1
+    max_body = check.get_int(m, "max_body_bytes", "server", cfg.max_body_bytes, minimum=1)
+    cfg.max_body_bytes = max_body or cfg.max_body_bytes
     cfg.admin_keys = check.get_str_list(m, "admin_keys", "server", drop_empty=True)
     return cfg
 

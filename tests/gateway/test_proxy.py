@@ -306,3 +306,54 @@ def test_fake_upstream_is_what_we_think() -> None:
         r = httpx.post(up.url + "/v1/chat/completions",
                        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
     assert r.json()["choices"][0]["message"]["content"] == "echo: hi"
+
+
+def test_inflight_request_finishes_on_its_policy_across_reload(fake_openai, serve_gateway) -> None:
+    import threading
+
+    from gateway.appkeys import GATEWAY
+    from gateway.config.loader import parse_policy
+
+    fake, up = fake_openai
+    srv = serve_gateway(policy(up.url))
+    fake.reply = " ".join(f"w{i}" for i in range(20))
+    fake.delay_per_chunk = 0.05
+    texts: list[str] = []
+
+    def stream() -> None:
+        chunks = client(srv).chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "x"}], stream=True)
+        texts.append("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert fake.disconnected.wait(0.3) is False  # the stream is under way
+    gw = srv.app[GATEWAY]
+    other = FakeOpenAI()
+    with ServerThread(lambda: other.app) as up2:
+        new = parse_policy(f"""
+redis: {{url: "redis://127.0.0.1:1"}}
+backends:
+  up: {{type: openai, base_url: "{up2.url}/v1"}}
+routes:
+  - match: {{model: other-model}}
+    backends: [up]
+""")
+        srv.call(gw.apply_policy(new))
+        t.join(10)
+        assert texts == [fake.reply]  # finished on the old route and backend
+        with pytest.raises(openai.NotFoundError):
+            client(srv).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x"}])
+        assert client(srv).chat.completions.create(
+            model="other-model", messages=[{"role": "user", "content": "y"}]).choices[0].message.content == "echo: y"
+        assert other.request_count == 1
+
+
+def test_upstream_429_after_retries_keeps_retry_after(fake_openai, serve_gateway) -> None:
+    fake, up = fake_openai
+    srv = serve_gateway(policy(up.url, retries=1))
+    fake.fail_next(2, status=429, retry_after="7")
+    with pytest.raises(openai.RateLimitError) as e:
+        client(srv).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x"}])
+    assert e.value.response.headers["retry-after"] == "7"
+    assert fake.request_count == 2

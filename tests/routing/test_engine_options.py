@@ -1,0 +1,30 @@
+"""An engine backend's `options:` are checked up front, each error naming its key path."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.backends.engine_options import parse_engine_options
+from gateway.config.errors import PolicyError
+from gateway.config.schema import BackendConfig
+
+MODEL = "smollm2-135m"
+
+
+def test_options_are_validated_with_their_path() -> None:
+    def cfg(**options: object) -> BackendConfig:
+        return BackendConfig(name="pool", type="engine", model=MODEL, options=dict(options))
+
+    opts = parse_engine_options(cfg(kv_cache_memory="64MiB", max_num_seqs=8, enable_prefix_caching=False,
+                                    overlap_weight=2, balance_abs=10))
+    assert opts.engine_args == {"kv_cache_memory": 64 * 2**20, "max_num_seqs": 8, "enable_prefix_caching": False}
+    assert (opts.overlap_weight, opts.balance_abs) == (2.0, 10)
+    assert opts.cli_args() == ["--kv-cache-memory", str(64 * 2**20), "--max-num-seqs", "8", "--no-prefix-caching"]
+    for bad, path in (({"kv_cache_memory": "lots"}, "options.kv_cache_memory"),
+                      ({"max_num_seqs": 0}, "options.max_num_seqs"),
+                      ({"device": "tpu"}, "options.device"),
+                      ({"gpu_memory_utilization": 1.5}, "options.gpu_memory_utilization"),
+                      ({"warp_speed": True}, "options.warp_speed")):
+        with pytest.raises(PolicyError) as info:
+            parse_engine_options(cfg(**bad))
+        assert info.value.path == f"backends.pool.{path}"
