@@ -51,7 +51,8 @@ class RequestStream:
         self._loop = loop
         self._queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self._choices_left = n
-        self.finished = False
+        self.finished = False  # every choice's last output (or an error) was handed out
+        self.closed = False  # the consumer left early; the request is being aborted
 
     def _push(self, item: RequestOutput | BaseException) -> None:
         self._queue.put_nowait(item)
@@ -60,7 +61,7 @@ class RequestStream:
         return self
 
     async def __anext__(self) -> RequestOutput:
-        if self.finished:
+        if self.finished or self.closed:
             raise StopAsyncIteration
         try:
             item = await self._queue.get()
@@ -80,16 +81,16 @@ class RequestStream:
         """Abort the request unless it already finished; returns once its blocks are free."""
         if self.finished:
             return
-        self.finished = True
-        await self._engine.abort(self.request_id)
+        self.closed = True
+        await self._engine.abort(self.request_id)  # commands run in order: after any earlier abort too
 
     def _abandon(self) -> None:
-        if not self.finished:
-            self.finished = True
+        if not self.finished and not self.closed:
+            self.closed = True
             self._engine.abort_nowait(self.request_id)
 
     def __del__(self) -> None:
-        if not self.finished and self._engine is not None:
+        if not self.finished and not self.closed and self._engine is not None:
             self._engine.abort_nowait(self.request_id)
 
 
@@ -416,7 +417,7 @@ class AsyncEngine:
 
 def _deliver_outputs(items: list[tuple[RequestStream, RequestOutput]]) -> None:
     for stream, out in items:
-        if not stream.finished:  # a closed stream's consumer is gone
+        if not stream.finished and not stream.closed:  # a closed stream's consumer is gone
             stream._push(out)
 
 

@@ -39,3 +39,57 @@ def redis_url(redis_server: RedisServer | None) -> str:
     finally:
         client.close()
     return url
+
+
+@pytest.fixture
+def fake_openai():
+    """A fake OpenAI upstream on its own thread: (fake, server); base_url = server.url + "/v1"."""
+    from tests.fakes.openai_server import FakeOpenAI
+    from tests.helpers import ServerThread
+
+    fake = FakeOpenAI()
+    with ServerThread(lambda: fake.app) as srv:
+        yield fake, srv
+
+
+@pytest.fixture
+def fake_anthropic():
+    """A fake Anthropic Messages API on its own thread: (fake, server); base_url = server.url."""
+    from tests.fakes.anthropic_server import FakeAnthropic
+    from tests.helpers import ServerThread
+
+    fake = FakeAnthropic()
+    with ServerThread(lambda: fake.app) as srv:
+        yield fake, srv
+
+
+ADMIN_KEY = "admin-key"
+
+
+@pytest.fixture
+def serve_gateway(redis_url: str, tmp_path):
+    """serve_gateway(yaml_text, redis=URL, policy_path=FILE) -> a started gateway (a tests.helpers.ServerThread).
+
+    Unless the YAML sets them, Redis is the test's (a 250 ms budget: the CI machine is small and shared) and the
+    server section gives a private data dir and the admin key ADMIN_KEY. Stopped after the test.
+    """
+    from gateway.app import create_app
+    from gateway.config.loader import parse_policy
+    from tests.helpers import ServerThread
+
+    started: list[ServerThread] = []
+
+    def start(policy_yaml: str, *, redis: str | None = None, policy_path: str | None = None) -> ServerThread:
+        text = policy_yaml
+        if "\nredis:" not in "\n" + text:
+            text += f"\nredis: {{url: '{redis or redis_url}', timeout_ms: 250}}\n"
+        if "\nserver:" not in "\n" + text:
+            text += f"\nserver: {{data_dir: '{tmp_path}', admin_keys: [{ADMIN_KEY}]}}\n"
+        policy = parse_policy(text, "test-policy.yaml")
+        srv = ServerThread(lambda: create_app(policy, policy_path=policy_path)).start()
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()

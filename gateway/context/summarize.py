@@ -122,7 +122,10 @@ class Summarizer:
         except TimeoutError:
             log.warning("summariser %s timed out after %.1fs", request.backend, request.timeout_s)
             return self._count(Summary(None, "timeout"))
-        except (BackendError, KeyError, ValueError, TypeError, IndexError) as e:
+        except BackendError as e:
+            log.warning("summariser %s failed: %s", request.backend, e)
+            return self._count(Summary(None, "timeout" if e.reason == "timeout" else "error"))
+        except (KeyError, ValueError, TypeError, IndexError) as e:  # unknown backend, malformed completion
             log.warning("summariser %s failed: %s: %s", request.backend, type(e).__name__, e)
             return self._count(Summary(None, "error"))
         if not text:

@@ -96,7 +96,8 @@ def test_max_age_applies_to_semantic_entries(gw) -> None:
     time.sleep(0.2)
     near = "Give me three ideas for a birthday party!"
     assert ask(srv, near, headers={"Cache-Control": "max-age=0"})[1]["x-cache"] == "MISS"
-    assert ask(srv, near, headers={"Cache-Control": "max-age=600"})[1]["x-cache"] == "HIT-SEMANTIC"
+    other = "give me three ideas for a birthday party"
+    assert ask(srv, other, headers={"Cache-Control": "max-age=600"})[1]["x-cache"] == "HIT-SEMANTIC"
 
 
 def test_semantic_entries_expire(fake_openai, serve_gateway) -> None:
@@ -139,7 +140,7 @@ def test_purge_by_tenant_and_by_model(gw) -> None:
     purged = admin(srv, "DELETE", "/admin/cache?tenant=team-a").json()
     assert purged["deleted"] == 3  # two exact entries and one semantic entry of team-a
     assert ask(srv, "What is the speed of light?", key="key-a")[1]["x-cache"] == "MISS"
-    assert ask(srv, "what is the speed of light", key="key-a")[1]["x-cache"] != "HIT-SEMANTIC" or False
+    assert ask(srv, "what is the speed of light", key="key-a")[1]["x-cache"] == "MISS"
     assert ask(srv, "What is the speed of light?", key="key-b")[1]["x-cache"] == "HIT-EXACT"
     assert ask(srv, "what is the speed of light", key="key-b")[1]["x-cache"] == "HIT-SEMANTIC"
 

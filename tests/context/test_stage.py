@@ -267,7 +267,8 @@ def test_anthropic_requests_carry_breakpoints_at_the_end_of_the_static_prefix(an
     assert len(marked_system) == 1 and marked_system[0] is body["system"][-1]
     assert "lifetime warranty" in body["system"][-1]["text"]  # the static document ends the static part
     history_end = body["messages"][-2]  # the retrieved documents and the query come after the breakpoint
-    assert history_end["role"] == "user" and "cache_control" in history_end["content"][-1]
+    assert history_end["role"] == "assistant" and "cache_control" in history_end["content"][-1]
+    assert history_end["content"][-1]["text"] == conversation[-2]["content"]
     assert "The shop is open until six" in orjson.dumps(body["messages"][-1]).decode()
     assert "cache_control" in body["tools"][-1]
     assert orjson.dumps(body).count(b"cache_control") <= 4
