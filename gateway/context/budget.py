@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from gateway.context.compress import Document, dedupe, prune_system, truncate_to_tokens
 from gateway.context.config import ContextConfig
 from gateway.context.ordering import document_messages
-from gateway.context.tokens import TokenCounter
+from gateway.context.tokens import RequestCounter, TokenCounter
 from gateway.errors import GatewayError
 
 SUMMARY_PREFIX = "Summary of the {n} earlier messages of this conversation (written by the gateway to save tokens):\n"
@@ -156,6 +156,7 @@ def plan(
     original_messages: list[dict],
 ) -> Plan:
     """Decide each part's share; raises context_length_exceeded when system + query cannot fit."""
+    counter = RequestCounter(counter)  # type: ignore[assignment]
     report = BudgetReport(window, reserved_output, counter.name, counter.exact)
     limit = window - reserved_output
     tools_tokens = counter.count_tools(tools)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.context.tokens import digest
 from gateway.errors import bad_request
 
 CountText = Callable[[str], int]
@@ -135,7 +134,7 @@ _PERMUTATIONS = 64
 _rng = np.random.default_rng(0x5EED)
 _MUL = _rng.integers(1, 2**63, size=_PERMUTATIONS, dtype=np.uint64) | np.uint64(1)  # odd multipliers
 _ADD = _rng.integers(0, 2**63, size=_PERMUTATIONS, dtype=np.uint64)
-_SIGNATURES: OrderedDict[bytes, np.ndarray] = OrderedDict()
+_SIGNATURES: OrderedDict[int, np.ndarray] = OrderedDict()
 _SIGNATURES_MAX = 16_384
 _signatures_lock = threading.Lock()
 
@@ -146,7 +145,7 @@ def _normalised(text: str) -> str:
 
 def minhash(text: str) -> np.ndarray:
     """A 64-value MinHash signature of the text's word 3-shingles (CJK characters count as words)."""
-    key = digest(text.encode("utf-8", "surrogatepass"))
+    key = hash(text)  # per-process cache: Python's salted string hash is enough and is cached on the string
     with _signatures_lock:
         cached = _SIGNATURES.get(key)
     if cached is not None:
@@ -154,13 +153,13 @@ def minhash(text: str) -> np.ndarray:
     words = _WORD.findall(text.casefold())
     shingles = {" ".join(words[i : i + 3]) for i in range(max(1, len(words) - 2))} or {""}
     values = np.fromiter(
-        (int.from_bytes(digest(s.encode("utf-8", "surrogatepass"))[:8], "little") for s in shingles),
+        (hash(s) & 0xFFFF_FFFF_FFFF_FFFF for s in shingles),
         dtype=np.uint64,
         count=len(shingles),
     )
     with np.errstate(over="ignore"):  # multiply-shift hashing wraps around 2**64 on purpose
         hashed = values[None, :] * _MUL[:, None] + _ADD[:, None]
-    signature = (hashed >> np.uint64(32)).min(axis=1)
+    signature = (hashed >> np.uint64(32)).min(axis=1).astype(np.uint32)
     with _signatures_lock:
         _SIGNATURES[key] = signature
         while len(_SIGNATURES) > _SIGNATURES_MAX:
@@ -187,10 +186,11 @@ def dedupe(docs: list[Document], near_duplicate: float) -> tuple[list[Document],
     if len(unique) < 2:
         return unique, removed
     signatures = np.stack([minhash(d.content) for d in unique])
-    similarity = (signatures[:, None, :] == signatures[None, :, :]).mean(axis=2)
+    agree = np.count_nonzero(signatures[:, None, :] == signatures[None, :, :], axis=2)
+    needed = near_duplicate * _PERMUTATIONS  # agreeing MinHash values estimate the Jaccard similarity
     kept_idx: list[int] = []
     for i in range(len(unique)):
-        if any(similarity[i, j] >= near_duplicate for j in kept_idx):
+        if kept_idx and agree[i, kept_idx].max() >= needed:
             removed.append(unique[i])
         else:
             kept_idx.append(i)

@@ -20,6 +20,7 @@ _PROBE_TEXT = "x"
 
 
 class EngineCounter(TokenCounter):
+    additive = False
     def __init__(self, model: str, tokenizer: object) -> None:
         self.tokenizer = tokenizer
         encode = tokenizer.encode  # type: ignore[attr-defined]

@@ -10,7 +10,8 @@ Choice (SGLang's imbalance override, then Dynamo's cost in blocks):
   the least-loaded replica wins;
 - otherwise the lowest `overlap_weight * blocks_to_prefill + active_blocks` wins, where blocks_to_prefill
   counts the request's blocks past the replica's longest cached prefix and active_blocks is this router's
-  count of the blocks held by requests it has in flight there.
+  count of the blocks held by requests it has in flight there. Ties go to fewer requests in flight, then
+  to the replica caching fewer blocks, so cold prefixes spread over the pool instead of piling up.
 """
 
 from __future__ import annotations
@@ -150,8 +151,10 @@ class PrefixRouter:
             cached_tokens = min(cached * self.block_size, max(num_tokens - 1, 0))
             to_prefill = -(-(num_tokens - cached_tokens) // self.block_size)
             cost = self.overlap_weight * to_prefill + state.active_blocks
-            scored.append((cost, state.inflight, state.name, cached))
-        cost, _, name, cached = min(scored)
+            # ties (e.g. a cold prefix on idle replicas) go to the emptier cache, spreading prefixes out
+            occupancy = len(state.confirmed) + len(state.predicted)
+            scored.append((cost, state.inflight, occupancy, state.name, cached))
+        cost, _, _, name, cached = min(scored)
         return Decision(name, cached, cost, "prefix")
 
     # --- in-flight bookkeeping ------------------------------------------------------------------------

@@ -180,3 +180,21 @@ async def test_start_installs_sighup_by_default_and_stop_removes_it(policy_file:
         await watcher.stop()
     loop = asyncio.get_running_loop()
     assert loop.remove_signal_handler(signal.SIGHUP) is False  # nothing left installed
+
+
+async def test_symlink_swap_reloads(tmp_path: Path) -> None:
+    """Kubernetes ConfigMap volumes update by re-pointing a symlink; the watcher follows the link."""
+    first, second, link = tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "policy.yaml"
+    write(first, 1)
+    write(second, 2)
+    link.symlink_to(first)
+    metrics, rec = Metrics(), Recorder()
+    watcher = PolicyWatcher(link, rec, metrics, interval_s=0.02, current=load_policy(link))
+    await watcher.start(sighup=False)
+    try:
+        tmp_link = tmp_path / "policy.yaml.new"
+        tmp_link.symlink_to(second)
+        os.replace(tmp_link, link)
+        assert (await rec.next()).routes[0].retries == 2
+    finally:
+        await watcher.stop()

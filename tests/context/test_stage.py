@@ -270,7 +270,7 @@ def test_anthropic_requests_carry_breakpoints_at_the_end_of_the_static_prefix(an
     assert history_end["role"] == "assistant" and "cache_control" in history_end["content"][-1]
     assert history_end["content"][-1]["text"] == conversation[-2]["content"]
     assert "The shop is open until six" in orjson.dumps(body["messages"][-1]).decode()
-    assert "cache_control" in body["tools"][-1]
+    assert not any("cache_control" in t for t in body["tools"])  # tools alone are below Anthropic's minimum
     assert orjson.dumps(body).count(b"cache_control") <= 4
     assert first.usage.prompt_tokens_details.cached_tokens == 0
 
@@ -281,7 +281,7 @@ def test_anthropic_requests_carry_breakpoints_at_the_end_of_the_static_prefix(an
     cached = second.usage.prompt_tokens_details.cached_tokens
     assert cached > 0  # the fake's simulated prompt cache hit the previous breakpoints
     assert metric(srv, "gateway_tokens_total", kind="cached_upstream") == cached
-    assert metric(srv, "gateway_context_cache_breakpoints_total") >= 6
+    assert metric(srv, "gateway_context_cache_breakpoints_total") == 4
 
 
 def test_short_prefixes_get_no_breakpoints(anthropic_upstream, serve_gateway) -> None:

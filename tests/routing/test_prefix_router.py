@@ -160,3 +160,11 @@ def test_unhealthy_replicas_are_skipped_and_lose_their_mirror() -> None:
 def test_block_size_must_be_positive() -> None:
     with pytest.raises(ValueError):
         PrefixRouter(0)
+
+
+def test_cold_prefixes_spread_to_the_emptier_cache() -> None:
+    router = make("a", "b")
+    router.apply_snapshot("a", [1, 2, 3])
+    assert router.choose([50, 51], 2 * B + 1).replica == "b"  # same cost; b caches less
+    router.apply_snapshot("b", [4, 5, 6, 7])
+    assert router.choose([60, 61], 2 * B + 1).replica == "a"
