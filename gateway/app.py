@@ -34,7 +34,7 @@ def create_app(policy: Policy, *, redis_url: str | None = None, policy_path: str
         if policy_path is not None:
             from gateway.config.reload import PolicyWatcher
 
-            watcher = PolicyWatcher(policy_path, gateway.apply_policy, gateway.metrics)
+            watcher = PolicyWatcher(policy_path, gateway.apply_policy, gateway.metrics, current=policy)
             await watcher.start()
         yield
         if watcher is not None:

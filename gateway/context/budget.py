@@ -97,7 +97,7 @@ class BudgetReport:
 
 @dataclass(slots=True)
 class Plan:
-    counter: TokenCounter
+    counter: RequestCounter
     config: ContextConfig
     limit: int  # prompt tokens allowed: window minus the reserved output
     system: list[dict]
@@ -124,11 +124,11 @@ class Assembled:
     boundaries: list[tuple[int, int]]  # (last index of a stable section, prompt tokens through it)
 
 
-def _unit_tokens(counter: TokenCounter, unit: list[dict]) -> int:
-    return sum(counter.count_message(m) for m in unit)
+def _unit_tokens(counter: RequestCounter, unit: list[dict]) -> int:
+    return counter.count_unit(unit)
 
 
-def _messages_tokens(counter: TokenCounter, messages: list[dict]) -> int:
+def _messages_tokens(counter: RequestCounter, messages: list[dict]) -> int:
     return sum(counter.count_message(m) for m in messages)
 
 
@@ -146,7 +146,7 @@ def context_length_error(report: BudgetReport, needed: int, limit: int) -> Gatew
 
 
 def plan(
-    counter: TokenCounter,
+    token_counter: TokenCounter,
     config: ContextConfig,
     window: int,
     reserved_output: int,
@@ -156,7 +156,7 @@ def plan(
     original_messages: list[dict],
 ) -> Plan:
     """Decide each part's share; raises context_length_exceeded when system + query cannot fit."""
-    counter = RequestCounter(counter)  # type: ignore[assignment]
+    counter = RequestCounter(token_counter)
     report = BudgetReport(window, reserved_output, counter.name, counter.exact)
     limit = window - reserved_output
     tools_tokens = counter.count_tools(tools)
@@ -217,7 +217,7 @@ def plan(
     )
 
 
-def _pruned_system(counter: TokenCounter, config: ContextConfig, system: list[dict], room: int) -> list[dict]:
+def _pruned_system(counter: RequestCounter, config: ContextConfig, system: list[dict], room: int) -> list[dict]:
     """Prune the system prompt by line priority only when it alone exceeds its share of the input."""
     share = int(config.system.max_share * max(room, 0))
     if not system or _messages_tokens(counter, system) <= share:
@@ -236,7 +236,7 @@ def _group(doc: Document, ordered: bool) -> str:
     return ("static" if doc.static else "retrieved") if ordered else "all"
 
 
-def _group_overhead(counter: TokenCounter, group: str) -> int:
+def _group_overhead(counter: RequestCounter, group: str) -> int:
     """Tokens of a documents message with no documents in it (framing, heading, tags)."""
     probe = [Document("", "", 0.0, group == "static")]
     head, tail = document_messages(probe, group != "all")
@@ -245,12 +245,12 @@ def _group_overhead(counter: TokenCounter, group: str) -> int:
     return counter.count_message(message) - counter.count_text('<document id="">\n\n</document>')
 
 
-def _doc_tokens(counter: TokenCounter, doc: Document) -> int:
+def _doc_tokens(counter: RequestCounter, doc: Document) -> int:
     """A document's share of its message: its tags and content plus the blank line between documents."""
     return counter.count_text(f'<document id="{doc.id}">\n{doc.content}\n</document>') + 1
 
 
-def _documents_need(counter: TokenCounter, docs: list[Document], ordered: bool) -> int:
+def _documents_need(counter: RequestCounter, docs: list[Document], ordered: bool) -> int:
     groups = {_group(d, ordered) for d in docs}
     return sum(_group_overhead(counter, g) for g in groups) + sum(_doc_tokens(counter, d) for d in docs)
 
@@ -351,7 +351,7 @@ def finish(plan: Plan, summary_text: str | None) -> Assembled:
     return Assembled(messages, plan.tools, report, boundaries)
 
 
-def _newest_that_fit(counter: TokenCounter, units: list[list[dict]], budget: int) -> list[list[dict]]:
+def _newest_that_fit(counter: RequestCounter, units: list[list[dict]], budget: int) -> list[list[dict]]:
     kept: list[list[dict]] = []
     used = 0
     for unit in reversed(units):

@@ -187,10 +187,12 @@ def dedupe(docs: list[Document], near_duplicate: float) -> tuple[list[Document],
         return unique, removed
     signatures = np.stack([minhash(d.content) for d in unique])
     agree = np.count_nonzero(signatures[:, None, :] == signatures[None, :, :], axis=2)
-    needed = near_duplicate * _PERMUTATIONS  # agreeing MinHash values estimate the Jaccard similarity
+    # Agreeing MinHash values estimate the Jaccard similarity of the shingle sets.
+    close = (agree >= near_duplicate * _PERMUTATIONS).tolist()
     kept_idx: list[int] = []
     for i in range(len(unique)):
-        if kept_idx and agree[i, kept_idx].max() >= needed:
+        row = close[i]
+        if any(row[j] for j in kept_idx):
             removed.append(unique[i])
         else:
             kept_idx.append(i)

@@ -322,6 +322,7 @@ class RequestCounter:
         self.count_tools = counter.count_tools
         self.priming = counter.priming
         self._by_id: dict[int, tuple[dict, int]] = {}
+        self._units: dict[int, tuple[list[dict], int]] = {}
 
     def count_message(self, message: dict) -> int:
         hit = self._by_id.get(id(message))
@@ -329,6 +330,15 @@ class RequestCounter:
             return hit[1]
         n = self.inner.count_message(message)
         self._by_id[id(message)] = (message, n)  # holding the message keeps its id from being reused
+        return n
+
+    def count_unit(self, unit: list[dict]) -> int:
+        """Tokens of a history turn (a list of messages), cached by the list's identity."""
+        hit = self._units.get(id(unit))
+        if hit is not None and hit[0] is unit:
+            return hit[1]
+        n = sum(self.count_message(m) for m in unit)
+        self._units[id(unit)] = (unit, n)
         return n
 
     def count_messages(self, messages: list[dict]) -> int:

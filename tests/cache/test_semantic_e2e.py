@@ -104,11 +104,11 @@ def test_semantic_entries_expire(fake_openai, serve_gateway) -> None:
     import time
 
     fake, up = fake_openai
-    srv = serve_gateway(policy(up.url, cache="{exact: false, semantic: {threshold: 0.9, ttl: 1}}"))
+    srv = serve_gateway(policy(up.url, cache="{exact: false, semantic: {threshold: 0.9, ttl: 4}}"))
     semantic_ready(srv)
     store(srv, "List the planets in the solar system.")
     assert ask(srv, "List the planets in the solar system")[1]["x-cache"] == "HIT-SEMANTIC"
-    time.sleep(1.2)
+    time.sleep(4.1)
     assert ask(srv, "List the planets in the solar system")[1]["x-cache"] == "MISS"
 
 

@@ -78,10 +78,14 @@ async def test_two_replicas_route_by_prefix_and_survive_a_crash() -> None:
         for i in range(len(SYSTEMS)):
             follow = conversation(i, "And what do you do all day?")
             hashes, n = backend._prompt_blocks("chat", follow)
-            assert backend.router.choose(hashes, n).replica == homes[i]
+            decision = backend.router.choose(hashes, n)
+            assert decision.replica == homes[i]
+            assert decision.cached_blocks >= 2
             answer = await backend.chat(follow, T)
-            # the shared system prompt was a prefix-cache hit on the replica it was routed to
-            assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= 4 * backend.router.block_size
+            # the shared system prompt was a prefix-cache hit on the replica it was routed to, exactly as long
+            # as the router predicted from its mirror of that replica's block hashes
+            cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert cached == decision.cached_blocks * backend.router.block_size
 
         chunks = [c async for c in backend.chat_stream({**conversation(0, "Stream, please."), "stream": True}, T)]
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
