@@ -119,7 +119,7 @@ class KVEventSubscription:
         self.closed = False
 
     def _push_threadsafe(self, items: list[dict | None]) -> None:
-        self._loop.call_soon_threadsafe(self._deliver, items)
+        _call_soon(self._loop, self._deliver, items)
 
     def _deliver(self, items: list[dict | None]) -> None:
         for item in items:
@@ -151,8 +151,7 @@ class AsyncEngine:
         self._kv_lock = threading.Lock()
         self._held_hashes: set[int] = set()
         self._subscribers: list[KVEventSubscription] = []
-        self._stats: EngineStats | None = None
-        self._stats = engine.stats()
+        self._stats: EngineStats = engine.stats()
         self.metrics.bind_stats(lambda: self._stats)
 
     @classmethod
@@ -181,7 +180,6 @@ class AsyncEngine:
 
     def stats(self) -> EngineStats:
         """The stats as of the loop's last step or command (never blocks)."""
-        assert self._stats is not None
         return self._stats
 
     # --- lifecycle --------------------------------------------------------------------------------------
@@ -280,16 +278,21 @@ class AsyncEngine:
         try:
             while True:
                 self._wake.clear()
-                if not self._handle_commands():
-                    break
-                if self.engine.has_unfinished_requests():
-                    self._step()
-                else:
-                    self._publish_kv_events()
-                    self._stats = self.engine.stats()
-                    self._wake.wait()
+                try:
+                    if not self._handle_commands():
+                        break
+                    if self.engine.has_unfinished_requests():
+                        self._step()
+                    else:
+                        self._publish_kv_events()
+                        self._stats = self.engine.stats()
+                        self._wake.wait()
+                except Exception as e:  # a bug outside step(): fail what is in flight, keep serving
+                    log.exception("engine loop error; failing the requests in flight")
+                    self._fail_all(EngineStepError(f"engine loop error: {e}"))
         finally:
             self._fail_all(EngineStoppedError("the engine was shut down"))
+            self._refuse_pending()
             self._publish_kv_events()
             with self._kv_lock:
                 subs, self._subscribers = self._subscribers, []
@@ -383,7 +386,9 @@ class AsyncEngine:
         self._stats = self.engine.stats()
         for t in tracked.values():
             _call_soon(t.loop, t.stream._push, error)
-        # an add that raced the stop never gets admitted: tell its caller
+
+    def _refuse_pending(self) -> None:
+        """At shutdown: adds and aborts still queued are answered, so no caller waits forever."""
         while self._commands:
             command = self._commands.popleft()
             if command[0] == "add":

@@ -6,8 +6,9 @@ keeps cumulative totals, so no second copy can drift); TTFT and TPOT are histogr
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -53,7 +54,20 @@ class _StatsCollector(Collector):
 
 
 class EngineMetrics:
-    """Every engine metric, on `registry` (a fresh one unless given, e.g. the gateway's)."""
+    """Every engine metric, on `registry` (a fresh one unless given, e.g. the gateway's).
+
+    Use `EngineMetrics.on(registry)` for a shared registry: a registry takes each metric name once, so an
+    engine that replaces another (a policy reload) reuses the same metrics and rebinds the stats source.
+    """
+
+    _shared: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, EngineMetrics]] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry) -> EngineMetrics:
+        metrics = cls._shared.get(registry)
+        if metrics is None:
+            metrics = cls._shared[registry] = cls(registry)
+        return metrics
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)

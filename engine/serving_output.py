@@ -19,6 +19,7 @@ class _Choice:
     logprobs: list[dict] = field(default_factory=list)  # normalised: {token_id, logprob, top: [(id, lp)]}
     finish_reason: str | None = None
     output_tokens: int = 0
+    text_len: int = 0  # characters streamed so far (completions' text_offset)
 
 
 def normalise_logprobs(entries: Iterable[Any] | None, token_ids: list[int]) -> list[dict]:
@@ -74,14 +75,16 @@ class ResponseBuilder:
             self._echo_pending.discard(index)
             text = self.prepared.echo_texts[prompt_index] + text  # type: ignore[index]
         logprobs = normalise_logprobs(out.logprobs, out.new_token_ids) if self.prepared.logprobs else []
+        offset = choice.text_len + (len(text) - len(out.new_text or ""))  # logprob tokens follow any echo
         choice.text.append(text)
+        choice.text_len += len(text)
         choice.logprobs.extend(logprobs)
         finish = out.finish_reason if out.finished else None
         if finish is not None:
             choice.finish_reason = finish
         if not text and not logprobs and finish is None:
             return None
-        return self._chunk(index, text, logprobs, finish)
+        return self._chunk(index, text, logprobs, finish, offset)
 
     # --- stream chunks ----------------------------------------------------------------------------------
 
@@ -99,13 +102,13 @@ class ResponseBuilder:
         return [self._envelope([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                  "finish_reason": None}]) for i in self.choices]
 
-    def _chunk(self, index: int, text: str, logprobs: list[dict], finish: str | None) -> dict:
+    def _chunk(self, index: int, text: str, logprobs: list[dict], finish: str | None, offset: int) -> dict:
         if self.prepared.kind == "chat":
             delta = {"content": text} if text else {}
             lp = {"content": self._chat_logprobs(logprobs)} if self.prepared.logprobs else None
             choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
         else:
-            lp = self._completion_logprobs(logprobs, 0) if self.prepared.logprobs else None
+            lp = self._completion_logprobs(logprobs, offset) if self.prepared.logprobs else None
             choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
         return self._envelope([choice])
 
@@ -130,7 +133,8 @@ class ResponseBuilder:
                 choices.append({"index": index, "message": {"role": "assistant", "content": text},
                                 "logprobs": lp, "finish_reason": c.finish_reason})
             else:
-                lp = self._completion_logprobs(c.logprobs, 0) if self.prepared.logprobs else None
+                echo = self.prepared.echo_texts[index // self.n] if self.prepared.echo_texts else ""
+                lp = self._completion_logprobs(c.logprobs, len(echo)) if self.prepared.logprobs else None
                 choices.append({"index": index, "text": text, "logprobs": lp, "finish_reason": c.finish_reason})
         return {"id": self.id, "object": "chat.completion" if self.prepared.kind == "chat" else "text_completion",
                 "created": self.created, "model": self.prepared.model, "choices": choices, "usage": self.usage()}
@@ -138,7 +142,7 @@ class ResponseBuilder:
     # --- logprob formats --------------------------------------------------------------------------------
 
     def _token_str(self, token_id: int) -> str:
-        return self.tokenizer.decode([token_id])
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)
 
     def _chat_logprobs(self, entries: list[dict]) -> list[dict]:
         out = []

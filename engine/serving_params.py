@@ -154,7 +154,7 @@ def sampling_params(body: dict, kind: str, vocab_size: int) -> tuple[SamplingPar
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
         top_k=int(_int(body, "top_k", 0, -1) or 0),
         min_p=_number(body, "min_p", 0.0, 0.0, 1.0),
-        seed=_int(body, "seed", None, -(2**63), 2**64 - 1),
+        seed=_int(body, "seed", None, 0, 2**63 - 1 - MAX_N),  # the engine seeds choice i with seed + i
         max_tokens=max_tokens,
         stop=_stop(body),
         stop_token_ids=_token_ids(body, "stop_token_ids", vocab_size),

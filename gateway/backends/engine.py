@@ -66,7 +66,7 @@ class EngineBackend:
 
             config = EngineConfig(model=self.model, **self.options.engine_args)
             config.validate()
-            engine_metrics = EngineMetrics(self.metrics.registry)
+            engine_metrics = EngineMetrics.on(self.metrics.registry)
             # loading dequantises the weights: seconds of CPU work, off the event loop
             self.engine = await loop.run_in_executor(None, AsyncEngine.from_config, config, engine_metrics)
             self.engine.start()
@@ -192,6 +192,9 @@ class EngineBackend:
             if kind == "chat":
                 return await replica.client.chat(body, timeouts)
             return await replica.client.completions(body, timeouts)
+        except BackendError as e:
+            self._note_failure(replica, e)
+            raise
         finally:
             self.router.finish(ticket)  # type: ignore[union-attr]
 
@@ -203,8 +206,15 @@ class EngineBackend:
             async with aclosing(stream):
                 async for chunk in stream:
                     yield chunk
+        except BackendError as e:
+            self._note_failure(replica, e)
+            raise
         finally:
             self.router.finish(ticket)  # type: ignore[union-attr]
+
+    def _note_failure(self, replica: Replica, e: BackendError) -> None:
+        if e.reason == "connect" and self.replica_set is not None:
+            self.replica_set.mark_down(replica.name)  # a retry picks another replica; health brings it back
 
     # --- the Backend protocol ---------------------------------------------------------------------------
 

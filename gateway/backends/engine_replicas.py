@@ -113,6 +113,10 @@ class ReplicaSet:
         except (aiohttp.ClientError, TimeoutError):
             return False
 
+    def mark_down(self, name: str) -> None:
+        """A request could not reach the replica: out of the choice until its health check passes again."""
+        self._mark(self.replicas[name], False)
+
     def _mark(self, r: Replica, healthy: bool) -> None:
         if self.router.replicas[r.name].healthy != healthy:
             log.info("engine replica %s is %s", r.name, "healthy" if healthy else "down")
@@ -130,7 +134,8 @@ class ReplicaSet:
 
     def _command(self, port: int) -> list[str]:
         return [sys.executable, "-m", "engine.cli", "--model", self.options.model, "--served-model-name",
-                self.options.model, "--host", "127.0.0.1", "--port", str(port), *self.options.cli_args()]
+                self.options.model, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                *self.options.cli_args()]
 
     async def _supervise(self, r: Replica) -> None:
         backoff = 1.0
@@ -141,13 +146,13 @@ class ReplicaSet:
                 *self._command(port), stdin=asyncio.subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"},
                 start_new_session=True)  # its own group, so a terminal's Ctrl-C reaches the gateway first
             exit_wait = asyncio.create_task(r.process.wait())
-            while not exit_wait.done():
-                if await self._is_healthy(r):
-                    self._mark(r, True)
-                    break
-                await asyncio.wait({exit_wait}, timeout=HEALTH_POLL_S)
+            while not exit_wait.done():  # health decides whether it is routed to, while it runs
+                self._mark(r, await self._is_healthy(r))
+                poll = 1.0 if self.router.replicas[r.name].healthy else HEALTH_POLL_S
+                await asyncio.wait({exit_wait}, timeout=poll)
             code = await exit_wait
             self._mark(r, False)
+            self.router.apply_snapshot(r.name, [])  # its KV cache died with it
             if self._closing:
                 return
             r.restarts += 1

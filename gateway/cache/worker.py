@@ -42,10 +42,11 @@ class Timings:
     verified: int = 0
     fetched: int = 0
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | int | None]:
         per = lambda total, n: round(total / n * 1000, 3) if n else None  # noqa: E731
         return {
-            "batches": self.batches, "texts": self.texts,
+            "batches": self.batches, "texts": self.texts, "verified": self.verified, "fetched": self.fetched,
+            "embed_s": self.embed_s, "search_s": self.search_s, "verify_s": self.verify_s, "fetch_s": self.fetch_s,
             "mean_batch": round(self.texts / self.batches, 2) if self.batches else None,
             "embed_ms_per_batch": per(self.embed_s, self.batches),
             "search_ms_per_lookup": per(self.search_s, self.texts),
@@ -105,6 +106,12 @@ class SemanticWorker:
     async def wait_ready(self) -> bool:
         await self._loaded.wait()
         return self._encoder is not None
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Encode on the calling thread; for bulk work already running on the worker (`run(worker.encode, ...)`)."""
+        if self._encoder is None:
+            raise RuntimeError("embedding model not loaded")
+        return self._encoder.encode(texts)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run fn on the worker thread (index mutations, bulk loads)."""

@@ -71,10 +71,15 @@ class BudgetReport:
     messages_summarized: int = 0
     messages_dropped: int = 0
     summary_result: str = "none"  # none | hit | extended | miss | error | timeout | no_room
+    input_price_per_mtok: float = 0.0  # USD, from the policy or the model table
 
     @property
     def saved(self) -> int:
         return max(0, self.original - self.total)
+
+    @property
+    def saved_usd(self) -> float:
+        return self.saved * self.input_price_per_mtok / 1e6
 
     def header(self) -> str:
         parts = [
@@ -88,6 +93,7 @@ class BudgetReport:
             f"query={self.query}",
             f"total={self.total}",
             f"saved={self.saved}",
+            f"saved_usd={self.saved_usd:.6f}",
             f"tokenizer={self.tokenizer}",
         ]
         if not self.exact:
@@ -220,13 +226,15 @@ def plan(
 def _pruned_system(counter: RequestCounter, config: ContextConfig, system: list[dict], room: int) -> list[dict]:
     """Prune the system prompt by line priority only when it alone exceeds its share of the input."""
     share = int(config.system.max_share * max(room, 0))
-    if not system or _messages_tokens(counter, system) <= share:
+    total = _messages_tokens(counter, system)
+    if not system or total <= share:
         return system
     out = []
     for message in system:
         content = message.get("content")
-        if isinstance(content, str):
-            budget = max(0, share - counter.tokens_per_message - counter.count_text(str(message.get("role", ""))))
+        if isinstance(content, str):  # each message gets its proportional part of the share
+            part = share * counter.count_message(message) // total
+            budget = max(0, part - counter.tokens_per_message - counter.count_text(str(message.get("role", ""))))
             message = {**message, "content": prune_system(content, budget, counter.count_text)}
         out.append(message)
     return out

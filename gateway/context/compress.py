@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,7 +154,7 @@ def minhash(text: str) -> np.ndarray:
     words = _WORD.findall(text.casefold())
     shingles = {" ".join(words[i : i + 3]) for i in range(max(1, len(words) - 2))} or {""}
     values = np.fromiter(
-        (hash(s) & 0xFFFF_FFFF_FFFF_FFFF for s in shingles),
+        (zlib.crc32(s.encode("utf-8", "surrogatepass")) for s in shingles),  # stable across processes
         dtype=np.uint64,
         count=len(shingles),
     )

@@ -214,13 +214,3 @@ def _ordering(raw: Any, path: str) -> OrderingConfig:
         sort_tools=_bool(m, "sort_tools", path, True),
         cache_breakpoints=_bool(m, "cache_breakpoints", path, True),
     )
-
-
-def check_summarizer_backend(config: ContextConfig | None, backend_names: set[str], path: str) -> None:
-    """For the loader, once backends are known: the summariser must name one of them."""
-    name = config.conversation.summarizer if config is not None else None
-    if name is not None and name not in backend_names:
-        raise PolicyError(
-            f"{path}.compression.conversation.summarizer",
-            f"unknown backend {name!r} (backends: {', '.join(sorted(backend_names)) or 'none'})",
-        )

@@ -42,6 +42,11 @@ class ContextMetrics:
             buckets=LOOKUP_BUCKETS,
             registry=r,
         )
+        self.saved_dollars = Counter(
+            "gateway_context_saved_dollars",
+            "Prompt cost saved by compression, at the route's or the model table's input price (USD)",
+            registry=r,
+        )
         self.rejected = Counter(
             "gateway_context_rejected", "Requests refused with context_length_exceeded", registry=r
         )

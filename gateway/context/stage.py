@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from gateway.backends.engine_options import DEFAULT_MODEL as ENGINE_DEFAULT_MODEL
 from gateway.context import models
-from gateway.context.budget import Assembled, finish, plan, split_conversation
+from gateway.context.budget import Assembled, Plan, finish, plan, split_conversation
 from gateway.context.compress import parse_documents
 from gateway.context.config import ContextConfig
 from gateway.context.engine_tokens import engine_counter
@@ -48,7 +50,7 @@ class ContextStage:
         for route in policy.routes:
             target = policy.backends.get(route.backends[0].name) if route.backends else None
             if route.context is not None and target is not None and target.type == "engine":
-                wanted.add(target.model or route.model)
+                wanted.add(target.model or ENGINE_DEFAULT_MODEL)
         self._preloads = [asyncio.create_task(self._engine_counter(m)) for m in sorted(wanted)]
 
     async def before(self, ctx: RequestContext) -> dict | None:
@@ -62,11 +64,10 @@ class ContextStage:
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise bad_request("'messages' must be a list of message objects", param="messages")
         documents = parse_documents(body.get("documents"))
-        kind, model, anthropic_only = self._target(ctx)
-        counter = await self._counter(kind, model)
-        info = models.lookup(model)
-        window = config.budget.context_window or (info.window if info else models.DEFAULT_WINDOW)
-        reserved, asked_key = reserve_output(body, config, info, window)
+        target = self._target(ctx)
+        counter = await self._counter(target)
+        window = config.budget.context_window or (target.info.window if target.info else models.DEFAULT_WINDOW)
+        reserved, asked_key = reserve_output(body, config, target.info, window)
         tools = body.get("tools")
         if isinstance(tools, list) and tools and config.ordering.enabled and config.ordering.sort_tools:
             tools = canonical_tools(tools)
@@ -75,35 +76,27 @@ class ContextStage:
 
         started = time.perf_counter()
         large = _text_size(messages, documents) > OFFLOAD_CHARS
+        conversation = split_conversation(messages)
         try:
-            p = await self._run(
-                large, plan, counter, config, window, reserved, split_conversation(messages), documents, tools,
-                messages,
-            )
+            p = await _run(large, plan, counter, config, window, reserved, conversation, documents, tools, messages)
         except GatewayError:
             self.metrics.rejected.inc()
             raise
         elapsed = time.perf_counter() - started
-        summary_text = None
-        if p.summary_max_tokens > 0:
-            summary = await self.summarizer.summarize(
-                SummaryRequest(
-                    tenant=ctx.tenant.name,
-                    backend=config.conversation.summarizer or "",
-                    model=self._summary_model(ctx, config),
-                    units=p.older,
-                    max_tokens=p.summary_max_tokens,
-                    timeout_s=config.conversation.timeout_s,
-                    ttl_s=config.conversation.cache_ttl_s,
-                )
-            )
-            p.report.summary_result = summary.result
-            summary_text = summary.text
+        summary_text = await self._summarise(ctx, config, p) if p.summary_max_tokens > 0 else None
         started = time.perf_counter()
-        assembled = await self._run(large, finish, p, summary_text)
+        assembled = await _run(large, finish, p, summary_text)
         self.metrics.assembly_seconds.observe(elapsed + time.perf_counter() - started)
 
-        ctx.forward_body = self._forward_body(body, assembled, config, info, kind, model, anthropic_only, reserved, asked_key)
+        price = config.budget.input_price_per_mtok
+        info = target.info
+        assembled.report.input_price_per_mtok = price if price is not None else (info.input_price if info else 0.0)
+        out = {k: v for k, v in body.items() if k != "documents"}
+        out["messages"], tools = self._place_breakpoints(assembled, config, target)
+        if tools is not None:
+            out["tools"] = tools
+        _set_output_limit(out, body, asked_key, reserved, target)
+        ctx.forward_body = out
         ctx.response_headers[BUDGET_HEADER] = assembled.report.header()
         ctx.notes["context"] = assembled.report
         self._count(config, assembled)
@@ -118,6 +111,7 @@ class ContextStage:
         report = ctx.notes.get("context")
         if report is not None and report.saved > 0:
             self.metrics.tokens.labels("saved_by_compression").inc(report.saved)
+            self.metrics.saved_dollars.inc(report.saved_usd)
 
     async def close(self) -> None:
         for task in self._preloads:
@@ -125,68 +119,62 @@ class ContextStage:
 
     # ---- helpers -------------------------------------------------------------------------------------------
 
-    @staticmethod
-    async def _run(large: bool, fn: Any, *args: Any) -> Any:
-        return await asyncio.to_thread(fn, *args) if large else fn(*args)
-
-    def _target(self, ctx: RequestContext) -> tuple[str, str, bool]:
-        """(backend type, model name the upstream sees, whether every reachable backend is Anthropic)."""
+    def _target(self, ctx: RequestContext) -> Target:
         backends = ctx.policy.backends
         names = [b.name for b in ctx.route.backends] + list(ctx.route.fallbacks)
         primary = backends.get(names[0]) if names else None
         if primary is None:
-            return "openai", ctx.model, False
+            return Target("openai", ctx.model, False, models.lookup(ctx.model))
         anthropic_only = all(n in backends and backends[n].type == "anthropic" for n in names)
-        return primary.type, primary.model or ctx.model, anthropic_only
+        # An engine serves its configured model whatever the request calls it; upstreams may rename it.
+        model = primary.model or (ENGINE_DEFAULT_MODEL if primary.type == "engine" else ctx.model)
+        return Target(primary.type, model, anthropic_only, models.lookup(model))
 
-    async def _counter(self, kind: str, model: str) -> TokenCounter:
-        if kind == "engine":
-            return await self._engine_counter(model)
-        return counter_for_upstream(kind, model)
+    async def _counter(self, target: Target) -> TokenCounter:
+        if target.kind == "engine":
+            return await self._engine_counter(target.model)
+        return counter_for_upstream(target.kind, target.model)
 
     @staticmethod
     async def _engine_counter(model: str) -> TokenCounter:
         try:
             return await engine_counter(model)
-        except (OSError, ValueError) as e:  # a remote replica's model we cannot load here: estimate
+        except (ImportError, OSError, ValueError) as e:  # a remote replica's model we cannot load here: estimate
             log.warning("no local tokenizer for engine model %r (%s); token counts are estimates", model, e)
             return estimate_counter("engine")
 
-    def _summary_model(self, ctx: RequestContext, config: ContextConfig) -> str:
-        if config.conversation.model:
-            return config.conversation.model
-        backend = ctx.policy.backends.get(config.conversation.summarizer or "")
-        return (backend.model if backend is not None else None) or ctx.model
-
-    def _forward_body(
-        self,
-        body: dict,
-        assembled: Assembled,
-        config: ContextConfig,
-        info: models.ModelInfo | None,
-        kind: str,
-        model: str,
-        anthropic_only: bool,
-        reserved: int,
-        asked_key: str | None,
-    ) -> dict:
-        out = {k: v for k, v in body.items() if k != "documents"}
-        messages, tools = assembled.messages, assembled.tools
-        if anthropic_only and config.ordering.enabled and config.ordering.cache_breakpoints:
-            minimum = info.cache_min_tokens if info and info.cache_min_tokens else models.ANTHROPIC_DEFAULT_CACHE_MIN
-            messages, tools, added = add_breakpoints(
-                messages, tools, assembled.boundaries, assembled.report.tools, minimum
+    async def _summarise(self, ctx: RequestContext, config: ContextConfig, p: Plan) -> str | None:
+        name = config.conversation.summarizer or ""
+        backend = ctx.policy.backends.get(name)
+        model = config.conversation.model or (backend.model if backend is not None else None) or ctx.model
+        summary = await self.summarizer.summarize(
+            SummaryRequest(
+                tenant=ctx.tenant.name,
+                backend=name,
+                model=model,
+                units=p.older,
+                max_tokens=p.summary_max_tokens,
+                timeout_s=config.conversation.timeout_s,
+                ttl_s=config.conversation.cache_ttl_s,
             )
-            self.metrics.breakpoints.inc(added)
-        out["messages"] = messages
-        if tools is not None:
-            out["tools"] = tools
-        if asked_key is None:
-            key = "max_completion_tokens" if kind == "openai" and model.startswith(REASONING_FAMILIES) else "max_tokens"
-            out[key] = reserved
-        elif body[asked_key] > reserved:
-            out[asked_key] = reserved
-        return out
+        )
+        p.report.summary_result = summary.result
+        return summary.text
+
+    def _place_breakpoints(
+        self, assembled: Assembled, config: ContextConfig, target: Target
+    ) -> tuple[list[dict], list | None]:
+        """Anthropic cache breakpoints, only when every backend the route may use is Anthropic (OpenAI would
+        reject the unknown `cache_control` field on a fallback)."""
+        if not (target.anthropic_only and config.ordering.enabled and config.ordering.cache_breakpoints):
+            return assembled.messages, assembled.tools
+        info = target.info
+        minimum = info.cache_min_tokens if info and info.cache_min_tokens else models.ANTHROPIC_DEFAULT_CACHE_MIN
+        messages, tools, added = add_breakpoints(
+            assembled.messages, assembled.tools, assembled.boundaries, assembled.report.tools, minimum
+        )
+        self.metrics.breakpoints.inc(added)
+        return messages, tools
 
     def _count(self, config: ContextConfig, assembled: Assembled) -> None:
         r = assembled.report
@@ -198,14 +186,41 @@ class ContextStage:
         ):
             if n:
                 self.metrics.documents.labels(action).inc(n)
+        if r.summary_result == "no_room":  # the summariser was not asked: no room left for a summary
+            self.metrics.summaries.labels("no_room").inc()
         if r.messages_dropped:
-            if r.summary_result in ("error", "timeout", "no_room"):
+            if r.summary_result in ("error", "timeout"):
                 reason = "summarizer_failed"
             elif not config.conversation.summarizer:
                 reason = "no_summarizer"
             else:
                 reason = "over_budget"
             self.metrics.dropped_messages.labels(reason).inc(r.messages_dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the route sends the request first, which decides how tokens are counted."""
+
+    kind: str  # backend type: openai | anthropic | engine
+    model: str  # the model name the backend sees
+    anthropic_only: bool  # every backend and fallback of the route is Anthropic
+    info: models.ModelInfo | None
+
+
+async def _run(large: bool, fn: Any, *args: Any) -> Any:
+    """Large requests are assembled on a worker thread so the event loop keeps serving."""
+    return await asyncio.to_thread(fn, *args) if large else fn(*args)
+
+
+def _set_output_limit(out: dict, body: dict, asked_key: str | None, reserved: int, target: Target) -> None:
+    """Forward the reserved output as the request's limit: set it when the client gave none, cap it when the
+    policy allows less than asked."""
+    if asked_key is None:
+        reasoning = target.kind == "openai" and target.model.startswith(REASONING_FAMILIES)
+        out["max_completion_tokens" if reasoning else "max_tokens"] = reserved
+    elif body[asked_key] > reserved:
+        out[asked_key] = reserved
 
 
 def reserve_output(

@@ -93,11 +93,13 @@ def batches(units: list[list[dict]], start: int) -> list[tuple[int, int]]:
 def chain_keys(request: SummaryRequest) -> list[str]:
     seed = f"{PROMPT_VERSION}|{request.tenant}|{request.backend}|{request.model}|{request.max_tokens}"
     h = digest(seed.encode())
-    keys = []
+    hashes = []
     for unit in request.units:
         h = digest(h + b"".join(message_key(m) for m in unit))
-        keys.append(KEY_PREFIX + h.hex())
-    return keys
+        hashes.append(h.hex())
+    # A conversation's keys share a hash tag (its first turn's hash), so one MGET stays in one Redis Cluster slot.
+    tag = hashes[0][:16] if hashes else ""
+    return [f"{KEY_PREFIX}{{{tag}}}:{h}" for h in hashes]
 
 
 class Summarizer:

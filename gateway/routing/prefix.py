@@ -88,11 +88,8 @@ class PrefixRouter:
         self.replicas.pop(name, None)
 
     def set_healthy(self, name: str, healthy: bool) -> None:
-        state = self.replicas[name]
-        state.healthy = healthy
-        if not healthy:  # a restarted engine starts empty; its next snapshot refills the mirror
-            state.confirmed.clear()
-            state.predicted.clear()
+        """Take a replica out of (or back into) the choice; its mirror stays until a snapshot replaces it."""
+        self.replicas[name].healthy = healthy
 
     def apply_snapshot(self, name: str, block_hashes: list[int]) -> None:
         state = self.replicas[name]

@@ -217,11 +217,12 @@ def test_system_prompt_is_pruned_by_rule_priority_only_when_over_its_share() -> 
 
 
 def test_documents_are_deduplicated_ordered_by_score_and_cut_at_a_sentence() -> None:
-    base = "Paris is the capital of France. It has many museums. The Louvre is the largest."
+    base = ("Paris is the capital of France. It has many museums. The Louvre is the largest. The Seine runs "
+            "through the city from east to west. Montmartre is a hill in the north.")
     docs = [
         Document("low", "Bordeaux is known for wine. It lies on the Garonne.", 0.2),
-        Document("copy", "  paris is the capital of France.  It has many museums. The Louvre is the largest. ", 0.5),
-        Document("near", base + " It is also the most visited.", 0.6),
+        Document("copy", "  " + base.lower().replace(". ", ".  ") + " ", 0.5),
+        Document("near", base + " It is busy.", 0.6),  # word-shingle Jaccard with `best` about 0.9
         Document("best", base, 0.9),
         Document("long", " ".join(f"Sentence number {i} is here." for i in range(200)), 0.4),
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config.errors import PolicyError
-from gateway.context.config import check_summarizer_backend, parse_context_config
+from gateway.context.config import parse_context_config
 
 
 def test_absent_sections_mean_no_context_work() -> None:
@@ -67,9 +67,22 @@ def test_bad_values_name_their_key(raw: dict, path: str) -> None:
     assert err.value.message
 
 
-def test_summarizer_must_be_a_known_backend() -> None:
-    cfg = parse_context_config({"compression": {"conversation": {"summarizer": "locl"}}}, "routes[0]")
-    check_summarizer_backend(cfg, {"openai", "locl"}, "routes[0]")
-    with pytest.raises(PolicyError) as err:
-        check_summarizer_backend(cfg, {"openai", "local"}, "routes[0]")
-    assert err.value.path == "routes[0].compression.conversation.summarizer" and "locl" in err.value.message
+def test_policy_loader_reports_file_line_and_key() -> None:
+    from gateway.config.loader import PolicyErrors, parse_policy
+
+    text = """
+backends:
+  up: {type: openai, base_url: "http://127.0.0.1:9/v1"}
+routes:
+  - match: {model: "gpt-*"}
+    backends: [up]
+    budget: {strategy: greedy}
+    compression: {conversation: {summarizer: nowhere}}
+"""
+    with pytest.raises(PolicyErrors) as err:
+        parse_policy(text, "p.yaml")
+    rendered = str(err.value)
+    assert "p.yaml:7" in rendered and "routes[0].budget.strategy" in rendered and "greedy" in rendered
+    ok = parse_policy(text.replace("greedy", "output_heavy").replace("nowhere", "up"), "p.yaml")
+    assert ok.routes[0].context.budget.strategy == "output_heavy"
+    assert ok.routes[0].context.conversation.summarizer == "up"

@@ -56,7 +56,8 @@ def history(turns: int, words: int = 40) -> list[dict]:
 
 def test_documents_are_assembled_stripped_and_reported(upstream, serve_gateway) -> None:
     fake, up = upstream
-    srv = serve_gateway(openai_policy(up.url, "    budget: {context_window: 4000, max_output_tokens: 300}"))
+    srv = serve_gateway(openai_policy(
+        up.url, "    budget: {context_window: 4000, max_output_tokens: 300, input_price_per_mtok: 1000}"))
     docs = [{"id": "a", "content": "The launch is on Tuesday.", "score": 0.9},
             {"id": "b", "content": "The launch is on Tuesday.", "score": 0.1}]
     raw = client(srv).chat.completions.with_raw_response.create(
@@ -74,6 +75,10 @@ def test_documents_are_assembled_stripped_and_reported(upstream, serve_gateway) 
     assert int(report["documents"]) + int(report["query"]) + counter.reply_priming == int(report["total"])
     assert raw.parse().choices[0].message.content == "echo: When is the launch?"
     assert metric(srv, "gateway_context_documents_total", action="duplicate") == 1
+    saved = int(report["saved"])
+    assert saved > 0 and float(report["saved_usd"]) == pytest.approx(saved * 1000 / 1e6, abs=1e-6)
+    assert metric(srv, "gateway_tokens_total", kind="saved_by_compression") == saved
+    assert metric(srv, "gateway_context_saved_dollars_total") == pytest.approx(saved * 1000 / 1e6)
 
 
 def test_routes_without_context_config_only_strip_documents(upstream, serve_gateway) -> None:
@@ -214,7 +219,9 @@ def test_summaries_are_cached_and_extended_with_only_new_turns(upstream, summari
     assert "Question 11:" in prompt and "Answer 11:" in prompt
     assert "Question 10:" not in prompt and "Question 12:" not in prompt
     assert metric(srv, "gateway_context_summaries_total", result="extended") == 1
-    assert metric(srv, "gateway_tokens_total", kind="saved_by_compression") > 0
+    saved = metric(srv, "gateway_tokens_total", kind="saved_by_compression")
+    assert saved > 0  # priced from the model table: gpt-4o input at $2.50 per million tokens
+    assert metric(srv, "gateway_context_saved_dollars_total") == pytest.approx(saved * 2.5 / 1e6)
 
 
 @pytest.mark.parametrize("failure", ["error", "timeout"])
@@ -292,3 +299,18 @@ def test_short_prefixes_get_no_breakpoints(anthropic_upstream, serve_gateway) ->
         messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
                   {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}])
     assert b"cache_control" not in fake.last.raw
+
+
+def test_large_conversation_is_fitted_to_the_table_window(upstream, serve_gateway) -> None:
+    """More text than OFFLOAD_CHARS (assembled on a worker thread); gpt-4 has an 8,192-token window."""
+    fake, up = upstream
+    srv = serve_gateway(openai_policy(up.url, "    budget: {max_output_tokens: 1000}").replace('"gpt-4o*"', '"gpt-4*"'))
+    conversation = history(120, words=100) + [{"role": "user", "content": "Summing up?"}]
+    assert sum(len(m["content"]) for m in conversation) > 64_000
+    raw = client(srv).chat.completions.with_raw_response.create(model="gpt-4-0613", messages=conversation)
+    report = budget(raw.headers)
+    assert report["window"] == "8192" and report["tokenizer"] == "tiktoken/cl100k_base"
+    forwarded = fake.last.body["messages"]
+    assert tiktoken_counter("cl100k_base").count_prompt(forwarded) == int(report["total"]) <= 8192 - 1000
+    assert forwarded == conversation[len(conversation) - len(forwarded):]
+    assert metric(srv, "gateway_context_dropped_messages_total", reason="no_summarizer") == len(conversation) - len(forwarded)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from openai import OpenAI
 
-from tests.context.test_stage import budget
+from tests.context.test_stage import budget, metric
 
 
 def test_engine_prompt_count_equals_the_engines_prompt_tokens(serve_gateway) -> None:
@@ -31,3 +31,12 @@ routes:
     assert report["tokenizer"] == "engine/smollm2-135m" and "estimate" not in report
     assert int(report["total"]) == completion.usage.prompt_tokens
     assert completion.usage.completion_tokens <= 4  # the reserved output was forwarded as max_tokens
+
+    # The next turn reuses the prefix the engine cached; the stage counts what the engine reports.
+    messages += [{"role": "assistant", "content": completion.choices[0].message.content or "Red."},
+                 {"role": "user", "content": "And a third?"}]
+    again = api.chat.completions.create(model="smollm2-135m", messages=messages, temperature=0,
+                                        extra_body={"documents": docs})
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert cached > 0
+    assert metric(srv, "gateway_tokens_total", kind="cached_upstream") == cached

@@ -40,6 +40,8 @@ def test_chain_keys_share_the_prefix_of_a_growing_conversation() -> None:
     edited = turns(5)
     edited[2][0]["content"] += "!"
     assert chain_keys(request(edited))[:2] == short[:2] and chain_keys(request(edited))[2:] != short[2:]
+    tags = {key.split("{", 1)[1].split("}", 1)[0] for key in long}
+    assert len(tags) == 1  # one Redis Cluster slot for the whole chain
 
 
 def test_long_histories_are_folded_in_batches() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.async_engine import AsyncEngine, EngineStepError
+from engine.async_engine import AsyncEngine, EngineStepError, EngineStoppedError
 from engine.block_manager import hash_prompt_blocks
 from engine.config import EngineConfig
 from engine.sampling_params import SamplingParams
@@ -187,3 +187,23 @@ async def test_no_blocks_leak_after_many_requests(engine: AsyncEngine) -> None:
     assert [len(t) for t, _ in results] == [3 + i % 5 for i in range(40)]
     await wait_idle(engine)
     assert all_blocks_free(engine)
+
+
+async def test_shutdown_ends_streams_and_refuses_new_work() -> None:
+    small = AsyncEngine.from_config(EngineConfig(load_format="dummy", dummy_config={"num_layers": 2},
+                                                 kv_cache_memory=8 * 2**20, num_threads=1))
+    stream = await small.add_request("long", list(range(100, 140)), greedy(300, ignore_eos=True))
+    sub = small.subscribe_kv_events()
+    first = await stream.__anext__()
+    assert first.new_token_ids
+    await asyncio.get_running_loop().run_in_executor(None, small.shutdown)
+    assert not small.is_running
+    with pytest.raises(EngineStoppedError):
+        async for _ in stream:
+            pass
+    while (event := await asyncio.wait_for(sub.get(), 10)) is not None:
+        assert event["type"] in ("stored", "removed")
+    with pytest.raises(EngineStoppedError):
+        await small.add_request("late", [100, 101], greedy(2))
+    stats = small.stats()
+    assert stats.num_free_blocks == stats.num_total_blocks

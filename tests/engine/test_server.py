@@ -145,9 +145,19 @@ def test_completions_forms(client: openai.OpenAI, engine: AsyncEngine) -> None:
     assert texts[1] == batch.choices[2].text
     echoed = client.completions.create(model=MODEL, prompt="One, two,", max_tokens=3, temperature=0, echo=True)
     assert echoed.choices[0].text.startswith("One, two,")
-    lp = client.completions.create(model=MODEL, prompt="One, two,", max_tokens=3, temperature=0, logprobs=2)
-    assert len(lp.choices[0].logprobs.tokens) == 3
-    assert all(len(t) == 2 for t in lp.choices[0].logprobs.top_logprobs)
+    lp = client.completions.create(model=MODEL, prompt="One, two,", max_tokens=3, temperature=0, logprobs=2,
+                                   echo=True)
+    info = lp.choices[0].logprobs
+    assert len(info.tokens) == 3
+    assert all(len(t) == 2 for t in info.top_logprobs)
+    assert "".join(info.tokens) == lp.choices[0].text[len("One, two,"):]
+    # offsets index the returned text, which starts with the echoed prompt
+    assert info.text_offset == [len("One, two,") + len("".join(info.tokens[:i])) for i in range(3)]
+    streamed_offsets = []
+    for chunk in client.completions.create(model=MODEL, prompt="One, two,", max_tokens=3, temperature=0,
+                                           logprobs=2, stream=True):
+        streamed_offsets += chunk.choices[0].logprobs.text_offset if chunk.choices[0].logprobs else []
+    assert streamed_offsets == [len("".join(info.tokens[:i])) for i in range(3)]
 
 
 def expect_400(call, param: str | None = None, code: str | None = None) -> openai.BadRequestError:
@@ -173,6 +183,10 @@ def test_bad_input_is_400_and_the_engine_keeps_serving(client: openai.OpenAI, en
     expect_400(lambda: chat(model=MODEL, messages=HELLO, temperature=3.5), "temperature")
     expect_400(lambda: chat(model=MODEL, messages=HELLO, top_p=0), "top_p")
     expect_400(lambda: chat(model=MODEL, messages=HELLO, n=0), "n")
+    expect_400(lambda: chat(model=MODEL, messages=HELLO, seed=-1), "seed")
+    expect_400(lambda: chat(model=MODEL, messages=HELLO, stop=["a"] * 17), "stop")
+    expect_400(lambda: chat(model=MODEL, messages=HELLO, response_format={"type": "json_object"}),
+               "response_format", "unsupported_parameter")
     expect_400(lambda: chat(model=MODEL, messages=HELLO, max_tokens=0), "max_tokens")
     expect_400(lambda: chat(model=MODEL, messages=HELLO, top_logprobs=2), "top_logprobs")
     expect_400(lambda: chat(model=MODEL, messages=HELLO, presence_penalty=0.5), "presence_penalty",

@@ -100,9 +100,9 @@ async def test_two_replicas_route_by_prefix_and_survive_a_crash() -> None:
         assert (await backend.chat(survivor, T))["choices"][0]["message"]["content"] is not None
         await wait_for(lambda: backend.router.replicas[victim.name].healthy, "the replica was restarted")
         assert victim.restarts == 1 and victim.process.pid != old_pid
+        await assert_mirror_matches(backend, victim.url, victim.name)
         cold_hashes, _ = backend._prompt_blocks("chat", conversation(0, "Who are you?"))
         assert backend.router.cached_blocks(victim.name, cold_hashes) == 0  # a restarted engine starts empty
-        await assert_mirror_matches(backend, victim.url, victim.name)
         again = await backend.chat(conversation(0, "Who are you?"), T)
         assert again["choices"][0]["message"]["content"] is not None
         pids = [r.process.pid for r in backend.replica_set.replicas.values() if r.process is not None]

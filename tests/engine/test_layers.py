@@ -1,0 +1,121 @@
+"""Layers: RoPE scaling vs transformers, paged attention vs dense attention, backend selection."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.cuda_graph import capture_sizes, graph_batch_size, use_cuda_graphs
+from engine.layers.attention import (
+    AttentionMetadata,
+    PrefillChunk,
+    TorchPagedAttention,
+    build_attention,
+    flash_attn_available,
+    select_attention_backend,
+)
+from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
+
+SCALINGS = [
+    {"rope_type": "linear", "factor": 2.0},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096, "beta_fast": 16, "beta_slow": 2},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8192},
+]
+
+
+@pytest.mark.parametrize("scaling", SCALINGS, ids=lambda s: f"{s['rope_type']}-{s['factor']}")
+def test_rope_scaling_matches_transformers(scaling: dict) -> None:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    theta = 500000.0
+    config = LlamaConfig(hidden_size=512, num_attention_heads=8, max_position_embeddings=32768,
+                         rope_parameters={**scaling, "rope_theta": theta})
+    expected_freq, expected_factor = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](config, torch.device("cpu"))
+    inv_freq, factor = rope_inv_freq(64, theta, scaling)
+    torch.testing.assert_close(inv_freq, expected_freq.float())
+    assert factor == pytest.approx(expected_factor)
+
+
+def test_unknown_rope_type_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unsupported rope_scaling type 'longrope'"):
+        rope_inv_freq(64, 10000.0, {"rope_type": "longrope", "factor": 2.0})
+
+
+def test_rotary_rotates_pairs_by_position() -> None:
+    rope = RotaryEmbedding(8, 16, 10000.0, None)
+    q = torch.zeros(1, 1, 8)
+    q[0, 0, 0] = 1.0  # first of the (0, 4) pair
+    rotated, _ = rope(torch.tensor([3]), q, q[:, :, :8].clone())
+    assert rotated[0, 0, 0].item() == pytest.approx(math.cos(3.0))
+    assert rotated[0, 0, 4].item() == pytest.approx(math.sin(3.0))
+
+
+def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int) -> torch.Tensor:
+    """Plain attention of queries at positions q_offset.. over all keys, causal, GQA by repetition."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    mask = torch.arange(k.shape[0]).unsqueeze(0) <= (torch.arange(q.shape[0]) + q_offset).unsqueeze(1)
+    o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask)
+    return o.transpose(0, 1)
+
+
+def test_paged_attention_with_cached_prefix_and_decodes_matches_dense() -> None:
+    torch.manual_seed(0)
+    bs, hq, hkv, d = 4, 6, 2, 8
+    k_cache = torch.zeros(20, bs, hkv, d)
+    v_cache = torch.zeros_like(k_cache)
+    attn = TorchPagedAttention(d**-0.5)
+    # Sequence A: 9 tokens, 6 cached in blocks [7, 2], then a 3-token chunk (bottom-right alignment).
+    # Sequence B: 5 tokens cached in blocks [4, 11], decoding its 6th token.
+    ka, va = torch.randn(9, hkv, d), torch.randn(9, hkv, d)
+    kb, vb = torch.randn(6, hkv, d), torch.randn(6, hkv, d)
+    qa, qb = torch.randn(3, hq, d), torch.randn(1, hq, d)
+    table_a, table_b = [7, 2, 15], [4, 11]
+
+    def slots(table: list[int], positions: range) -> list[int]:
+        return [table[p // bs] * bs + p % bs for p in positions]
+
+    for table, keys, values, n in ((table_a, ka, va, 6), (table_b, kb, vb, 5)):
+        s = torch.tensor(slots(table, range(n)))
+        k_cache.view(-1, hkv, d)[s], v_cache.view(-1, hkv, d)[s] = keys[:n], values[:n]
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots(table_b, range(5, 6)) + slots(table_a, range(6, 9))),
+        num_decodes=1, decode_block_tables=torch.tensor([table_b]), decode_context_lens=torch.tensor([6]),
+        prefills=[PrefillChunk(1, 3, 9, torch.tensor(table_a))],
+    )
+    out = attn.forward(torch.cat([qb, qa]), torch.cat([kb[5:], ka[6:]]), torch.cat([vb[5:], va[6:]]),
+                       k_cache, v_cache, meta)
+    torch.testing.assert_close(out[0:1], dense_reference(qb, kb, vb, 5))
+    torch.testing.assert_close(out[1:], dense_reference(qa, ka, va, 6))
+    naive_top_left = dense_reference(qa, ka, va, 0)  # the wrong (top-left) alignment must differ
+    assert not torch.allclose(out[1:], naive_top_left)
+
+
+def test_backend_selection() -> None:
+    assert select_attention_backend("cpu", True, 256) == "torch_sdpa"
+    assert select_attention_backend("cuda", False, 256) == "torch_sdpa"
+    assert select_attention_backend("cuda", True, 16) == "torch_sdpa"  # flash-attn paging needs 256-token blocks
+    assert select_attention_backend("cuda", True, 256) == "flash_attn"
+    assert isinstance(build_attention("torch_sdpa", 0.1), TorchPagedAttention)
+    if not flash_attn_available():
+        with pytest.raises(ImportError):
+            build_attention("flash_attn", 0.1)
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        build_attention("triton", 0.1)
+
+
+def test_cuda_graph_selection() -> None:
+    assert use_cuda_graphs("cuda", enforce_eager=False)
+    assert not use_cuda_graphs("cuda", enforce_eager=True)
+    assert not use_cuda_graphs("cpu", enforce_eager=False)
+    sizes = capture_sizes(64)
+    assert sizes == [1, 2, 4, 8, 16, 32, 48, 64]
+    assert capture_sizes(5) == [1, 2, 4, 5]
+    assert graph_batch_size(3, sizes) == 4 and graph_batch_size(64, sizes) == 64
+    assert graph_batch_size(65, sizes) is None
