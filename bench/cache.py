@@ -163,17 +163,31 @@ def start_gateway(policy_path: Path, port: int, entries: int, batching: bool) ->
 
 
 def timings(url: str) -> dict:
+    """The gateway's cumulative semantic timings, with its semantic lookup results folded in."""
     stats = httpx.get(url + "/admin/cache/stats", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
-    return stats.json()["process"]["timings"]
+    process = stats.json()["process"]
+    semantic = process["lookups"].get("semantic", {})
+    return {**process["timings"], "hits": semantic.get("hit", 0), "lookups": sum(semantic.values())}
+
+
+def exact_lookup_ms(url: str) -> float:
+    """Mean exact-layer lookup time (the Redis GET through the guard) from the gateway's /metrics."""
+    total = count = 0.0
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith('gateway_cache_lookup_seconds_sum{layer="exact"}'):
+            total = float(line.split()[-1])
+        elif line.startswith('gateway_cache_lookup_seconds_count{layer="exact"}'):
+            count = float(line.split()[-1])
+    return total / count * 1000 if count else float("nan")
 
 
 def parts(before: dict, after: dict) -> str:
     d = {k: after[k] - before[k] for k in ("batches", "texts", "verified", "fetched", "embed_s", "search_s",
-                                          "verify_s", "fetch_s")}
+                                          "verify_s", "fetch_s", "hits", "lookups")}
     per = lambda s, n: s / n * 1000 if n else float("nan")  # noqa: E731
     return (f"embed {per(d['embed_s'], d['batches']):.2f} ms/batch (mean batch {d['texts'] / max(d['batches'], 1):.1f}), "
             f"search {per(d['search_s'], d['texts']):.3f} ms, verify {per(d['verify_s'], d['verified']):.3f} ms, "
-            f"fetch {per(d['fetch_s'], d['fetched']):.3f} ms per lookup")
+            f"fetch {per(d['fetch_s'], d['fetched']):.3f} ms per lookup; hits {d['hits']}/{d['lookups']}")
 
 
 def ms(r: Result, q: float) -> float:
@@ -237,6 +251,8 @@ def run(args: argparse.Namespace) -> None:
             asyncio.run(closed_loop(url, CHAT, exact_body, 8, 200))  # warm-up; the first one stores
             miss = asyncio.run(closed_loop(url, CHAT, miss_body, 8, 400 // scale))
             exact = asyncio.run(closed_loop(url, CHAT, exact_body, 8, 4000 // scale))
+            exact1 = asyncio.run(closed_loop(url, CHAT, exact_body, 1, 2000 // scale))
+            exact_ms = exact_lookup_ms(url)
             asyncio.run(closed_loop(url, CHAT, sem_body, 1, 20))  # warm-up
             t_before = timings(url)
             sem1 = asyncio.run(closed_loop(url, CHAT, sem_body, 1, 300 // scale))
@@ -259,15 +275,16 @@ def run(args: argparse.Namespace) -> None:
         redis.stop()
 
     json_us, sse_us = replay_cost(2000)
-    errors = miss.errors + exact.errors + sem1.errors + sem64.errors + sem64_off.errors
+    errors = miss.errors + exact.errors + exact1.errors + sem1.errors + sem64.errors + sem64_off.errors
     print(f"\nentries in the semantic scope: {args.entries:,}; errors: {errors}")
     print(f"{'':44} {'P50 ms':>8} {'P99 ms':>8} {'RPS':>9} {'P50 vs miss':>12}")
     base = ms(miss, 50)
-    for name, r in (("miss via gateway (baseline, 50 ms upstream) C=8", miss), ("exact hit C=8", exact),
+    for name, r in (("miss via gateway (baseline, 50 ms upstream) C=8", miss), ("exact hit C=8", exact), ("exact hit C=1", exact1),
                     ("semantic hit C=1", sem1), ("semantic hit C=64, batching on", sem64),
                     ("semantic hit C=64, batching off", sem64_off)):
         print(f"{name:44} {ms(r, 50):8.2f} {ms(r, 99):8.2f} {r.rps:9.1f} {base / ms(r, 50):11.1f}x")
-    print(f"\nmicro-batching at C=64: {sem64.rps / sem64_off.rps:.2f}x the hit throughput of one encode per lookup")
+    print(f"\nexact layer lookup (key + Redis GET via the guard): {exact_ms:.3f} ms mean")
+    print(f"micro-batching at C=64: {sem64.rps / sem64_off.rps:.2f}x the hit throughput of one encode per lookup")
     print(f"semantic C=1 parts:           {parts(t_before, t_c1)}")
     print(f"semantic C=64 batching on:    {parts(t_c1, t_c64)}")
     print(f"semantic C=64 batching off:   {parts(t_off, t_off_after)}")

@@ -57,8 +57,14 @@ class ScopeIndex:
         return "ivf" if self._trained_size else "flat"
 
     def add(self, meta: EntryMeta, vector: np.ndarray) -> bool:
-        if meta.entry_id in self._slots:
-            return False
+        """Insert; an entry already held is replaced only by a newer store of it (the same question asked
+        again after its TTL ran out), so replaying one's own store event changes nothing."""
+        slot = self._slots.get(meta.entry_id)
+        if slot is not None:
+            held = self._meta[slot]
+            if held is not None and held.stored_at >= meta.stored_at:
+                return False
+            self.remove(meta.entry_id)
         slot = self._alloc()
         self._vectors[slot] = vector
         self._meta[slot] = meta

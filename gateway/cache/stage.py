@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.cache")
 CACHEABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
 THRESHOLD_HEADER = "X-Cache-Threshold"  # a request may raise the route's semantic threshold, never lower it
-STORE_TIMEOUT_FACTOR = 10  # stores are off the latency path of hits; give them more room than lookups
+SLOW_PATH_FACTOR = 10  # stores and semantic reads: off the path of exact hits, more room than exact lookups
 NOTE = "cache"
 
 
@@ -58,10 +58,13 @@ class CacheStage:
         self._redis = resources.redis
         timeout_s = resources.get_policy().redis.timeout_ms / 1000
         self.lookup_guard = RedisGuard(self.metrics, "cache", timeout_s)
-        self.store_guard = RedisGuard(self.metrics, "cache_store", timeout_s * STORE_TIMEOUT_FACTOR)
+        self.store_guard = RedisGuard(self.metrics, "cache_store", timeout_s * SLOW_PATH_FACTOR)
+        # A semantic lookup already spends milliseconds embedding; its Redis read gets the wider budget, and
+        # its own breaker, so an overloaded event loop late on that read cannot switch off the exact layer.
+        self.semantic_guard = RedisGuard(self.metrics, "cache_semantic", timeout_s * SLOW_PATH_FACTOR)
         self.exact = ExactCache(self._redis, self.lookup_guard, self.store_guard)
         self.worker = worker or SemanticWorker(shared_embedder, DIM)
-        self.semantic = SemanticCache(self._redis, self.lookup_guard, self.store_guard, self.worker)
+        self.semantic = SemanticCache(self._redis, self.semantic_guard, self.store_guard, self.worker)
         self.counts: Counter[tuple[str, str]] = Counter()
         r = self.metrics.registry
         self._stores = PromCounter("gateway_cache_stores", "Cache stores", ["layer", "result"], registry=r)

@@ -97,3 +97,16 @@ def test_namespaces_scopes_and_expiry() -> None:
     assert not s.has_entries("a") and not s.has_entries("b") and s.has_entries("c")
     assert len(s) == 1
     assert s.remove("e2") and not s.has_entries("c")
+
+
+def test_a_newer_store_of_the_same_entry_replaces_it_and_a_replay_does_not() -> None:
+    rng = np.random.default_rng(6)
+    v = unit(rng, 2)
+    idx = ScopeIndex(DIM)
+    old = EntryMeta("e", "ns", "s", "q", stored_at=1.0, expires_at=10.0)
+    assert idx.add(old, v[0])
+    assert not idx.add(EntryMeta("e", "ns", "s", "q", stored_at=1.0, expires_at=10.0), v[0])  # own event replayed
+    assert idx.add(EntryMeta("e", "ns", "s", "q", stored_at=20.0, expires_at=30.0), v[1])  # stored again later
+    assert len(idx) == 1
+    (meta, score), = idx.search(v[1:2], 1)[0]
+    assert meta.stored_at == 20.0 and meta.live(25.0) and score == pytest.approx(1.0, abs=1e-5)

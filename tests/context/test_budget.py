@@ -61,28 +61,31 @@ def requests(draw):
     window = draw(st.integers(40, 2500))
     reserved = draw(st.integers(1, max(1, window // 2)))
     summary = text(draw, 200) if draw(st.booleans()) else None
-    return raw_config, window, reserved, messages, docs, summary
+    tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": text(draw, 10), "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "description": text(draw, 5)}}}}}
+        for k in range(draw(st.integers(0, 2)))] or None
+    return raw_config, window, reserved, messages, docs, summary, tools
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_budget_is_never_exceeded(case) -> None:
-    raw_config, window, reserved, messages, docs, summary = case
+    raw_config, window, reserved, messages, docs, summary, tools = case
     conversation = split_conversation(messages)
     try:
-        _, assembled = assemble(COUNTER, raw_config, window, reserved, messages, docs, summary=summary)
+        _, assembled = assemble(COUNTER, raw_config, window, reserved, messages, docs, tools, summary=summary)
     except GatewayError as e:
         assert e.status == 400 and e.code == "context_length_exceeded"
         event("rejected: context_length_exceeded")
         assert str(window) in e.message and str(reserved) in e.message
         # Only when the system prompt and the query cannot fit (pruning only ever shortens the system prompt).
-        assert COUNTER.count_messages(conversation.system + conversation.query) > window - reserved
+        assert COUNTER.count_prompt(conversation.system + conversation.query, tools) > window - reserved
         return
     report = assembled.report
     event(f"summarised={report.messages_summarized > 0} dropped={report.messages_dropped > 0} "
           f"docs_cut={report.documents_kept < len(docs)}")
     out = assembled.messages
-    total = COUNTER.count_prompt(out)
+    total = COUNTER.count_prompt(out, tools)
     assert total <= window - reserved
     assert total == assembled.report.total
     assert out[len(out) - len(conversation.query):] == conversation.query  # the query is kept whole

@@ -46,7 +46,7 @@ def test_engine_counter_is_exact_and_named(counter) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=requests())
 def test_budget_is_never_exceeded_with_the_engine_template(counter, case) -> None:
-    raw_config, window, reserved, messages, docs, summary = case
+    raw_config, window, reserved, messages, docs, summary, _ = case
     assume(not any(m.get("tool_calls") for m in messages))  # SmolLM2's template has no tool-call syntax
     try:
         _, assembled = assemble(counter, raw_config, window, reserved, messages, docs, summary=summary)
