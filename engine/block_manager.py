@@ -43,6 +43,7 @@ class BlockOwner(Protocol):
     block_table: list[int]
     block_hashes: list[int]  # hashes of the full blocks of token_ids, extended as tokens are appended
     num_computed_tokens: int
+    num_registered_blocks: int  # leading blocks of block_table already offered to the prefix cache
 
 
 class Block:
@@ -114,25 +115,30 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         num_full = min(seq.num_computed_tokens // self.block_size, len(seq.block_hashes))
-        stored: list[int] = []
-        first = None
-        for i in range(num_full):
+        run: list[int] = []  # indexes of newly registered, consecutive blocks (one event per run)
+        for i in range(seq.num_registered_blocks, num_full):
             block = self.blocks[seq.block_table[i]]
-            if block.block_hash is not None:
-                continue
             h = seq.block_hashes[i]
-            if h in self.hash_to_block:
-                continue  # another sequence computed the same block first; this copy stays private
+            if block.block_hash is not None or h in self.hash_to_block:
+                # Already cached (a prefix hit), or another sequence computed the same block first:
+                # that copy stays private and is freed like any unhashed block.
+                self._emit_stored(seq, run)
+                run = []
+                continue
             block.block_hash = h
             block.token_ids = tuple(seq.token_ids[i * self.block_size:(i + 1) * self.block_size])
             self.hash_to_block[h] = block.block_id
-            if first is None:
-                first = i
-            stored.append(h)
-        if stored:
-            parent = seq.block_hashes[first - 1] if first else None
-            tokens = seq.token_ids[first * self.block_size:(first + len(stored)) * self.block_size]
-            self.events.append(KVEvent("stored", stored, parent, list(tokens), self.block_size))
+            run.append(i)
+        self._emit_stored(seq, run)
+        seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+
+    def _emit_stored(self, seq: BlockOwner, run: list[int]) -> None:
+        if not run:
+            return
+        first, last = run[0], run[-1]
+        parent = seq.block_hashes[first - 1] if first else None
+        tokens = seq.token_ids[first * self.block_size:(last + 1) * self.block_size]
+        self.events.append(KVEvent("stored", [seq.block_hashes[i] for i in run], parent, list(tokens), self.block_size))
 
     def free_sequence(self, seq: BlockOwner) -> None:
         """Drop the sequence's references, tail first so its longest prefixes are evicted first."""
@@ -146,6 +152,7 @@ class BlockManager:
                 if block.block_hash is None:
                     self.free.move_to_end(block_id, last=False)
         seq.block_table.clear()
+        seq.num_registered_blocks = 0
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only possible when no block is in use."""

@@ -21,6 +21,7 @@ from engine.models.llama import LlamaForCausalLM
 from engine.sampler import SampleResult, sample
 from engine.scheduler import ScheduledBatch
 
+DECODE_GROUP_SIZE = 16  # decodes per padded attention call on the torch path
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -61,12 +62,13 @@ class ModelRunner:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.model.rotary.build_tables(self.device)  # cos/sin tables stay in float32
         backend = select_attention_backend(self.device.type, flash_attn_available(), config.block_size)
-        self.model.set_attention(FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention)
+        attention = FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention
+        self.model.set_attention(attention)
         self.attention_backend = backend
         self.num_blocks = num_kv_blocks(config, model_config, self.device)
         self.scratch_block = self.num_blocks  # one extra block: padded slots of CUDA-graph batches write here
-        shape = (model_config.num_layers, self.num_blocks + 1, config.block_size,
-                 model_config.num_kv_heads, model_config.head_dim)
+        shape = (model_config.num_layers, *attention.kv_cache_shape(
+            self.num_blocks + 1, config.block_size, model_config.num_kv_heads, model_config.head_dim))
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.model.bind_kv_cache(list(self.k_cache.unbind(0)), list(self.v_cache.unbind(0)))
@@ -111,17 +113,29 @@ class ModelRunner:
         logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(sample_rows, device=self.device)))
         return sample(logits, [s.params for s in sampled], [s.generator for s in sampled])
 
+    def _padded_tables(self, tables: list[list[int]], lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max((-(-n // self.block_size) for n in lens), default=0)
+        padded = [t[:width] + [self.scratch_block] * (width - len(t[:width])) for t in tables]
+        return (torch.tensor(padded, dtype=torch.long, device=self.device).view(len(padded), width),
+                torch.tensor(lens, dtype=torch.long, device=self.device))
+
     def _metadata(self, slots: list[int], decode_tables: list[list[int]], decode_lens: list[int],
                   prefills: list[PrefillChunk]) -> AttentionMetadata:
-        width = max((-(-n // self.block_size) for n in decode_lens), default=0)
-        padded = [t[:width] + [self.scratch_block] * (width - len(t[:width])) for t in decode_tables]
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(slots, device=self.device),
             num_decodes=len(decode_tables),
-            decode_block_tables=torch.tensor(padded, dtype=torch.long, device=self.device).view(len(padded), width),
-            decode_context_lens=torch.tensor(decode_lens, dtype=torch.long, device=self.device),
+            decode_block_tables=torch.zeros(0, 0, dtype=torch.long),
+            decode_context_lens=torch.zeros(0, dtype=torch.long),
             prefills=prefills,
         )
+        if self.attention_backend == "flash_attn":
+            meta.decode_block_tables, meta.decode_context_lens = self._padded_tables(decode_tables, decode_lens)
+        else:
+            # The scheduler sorts decodes by length; groups padded to their own longest keep padding small.
+            for start in range(0, len(decode_tables), DECODE_GROUP_SIZE):
+                end = min(start + DECODE_GROUP_SIZE, len(decode_tables))
+                tables, lens = self._padded_tables(decode_tables[start:end], decode_lens[start:end])
+                meta.decode_groups.append((start, end, tables, lens))
         if self.attention_backend == "flash_attn" and prefills:
             cu_q, cu_k = [0], [0]
             for c in prefills:

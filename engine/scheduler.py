@@ -17,7 +17,7 @@ from engine.sequence import Sequence, SequenceStatus
 
 @dataclass
 class ScheduledBatch:
-    seqs: list[Sequence]  # one-token steps (decodes) first, then multi-token chunks
+    seqs: list[Sequence]  # one-token steps (decodes, by length) first, then multi-token chunks
     num_tokens: list[int]
     num_decodes: int
 
@@ -68,7 +68,8 @@ class Scheduler:
                 budget -= n
         if not preempted:
             budget = self._admit_waiting(budget, scheduled)
-        items = sorted(scheduled.items(), key=lambda kv: kv[1] != 1)
+        # Decodes first, shortest context first (the attention pads each group of decodes to its longest).
+        items = sorted(scheduled.items(), key=lambda kv: (kv[1] != 1, kv[0].num_tokens if kv[1] == 1 else 0))
         return ScheduledBatch([s for s, _ in items], [n for _, n in items], sum(1 for _, n in items if n == 1))
 
     def _admit_waiting(self, budget: int, scheduled: dict[Sequence, int]) -> int:

@@ -34,6 +34,7 @@ class Sequence:
         self.block_hashes = hash_prompt_blocks(self.token_ids, block_size)
         self.block_table: list[int] = []
         self.num_computed_tokens = 0
+        self.num_registered_blocks = 0  # see BlockManager.cache_full_blocks
         self.num_cached_tokens: int | None = None  # prefix-cache hit at first admission
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None

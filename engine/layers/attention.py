@@ -8,7 +8,7 @@ bottom-right-aligned causal mask (query i sees cached keys plus new keys up to i
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +29,9 @@ class AttentionMetadata:
     decode_block_tables: torch.Tensor  # [num_decodes, max_blocks], padded
     decode_context_lens: torch.Tensor  # [num_decodes]
     prefills: list[PrefillChunk]
+    # Decodes sorted by context length and cut into groups, each padded only to its own longest
+    # sequence: (start, end, block_tables, context_lens). Empty = one group from the fields above.
+    decode_groups: list[tuple[int, int, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     # Varlen views of the prefill chunks, for kernels that take them (flash-attn).
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
@@ -46,60 +49,68 @@ def select_attention_backend(device_type: str, flash_available: bool, block_size
     return "torch_sdpa"
 
 
-def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-    """Store each new token's K/V at its slot (block_id * block_size + offset)."""
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
-
-
 class TorchPagedAttention:
-    """SDPA over gathered blocks; works on CPU and as the CUDA fallback."""
+    """SDPA over gathered blocks; works on CPU and as the CUDA fallback.
+
+    Cache layout [Hkv, num_blocks, block_size, D]: gathering a sequence's blocks along dim 1 yields
+    one contiguous [L, D] matrix per head, the layout SDPA's CPU kernel is fastest on.
+    """
 
     def __init__(self, scale: float) -> None:
         self.scale = scale
+
+    @staticmethod
+    def kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
+        return (num_kv_heads, num_blocks, block_size, head_dim)
+
+    @staticmethod
+    def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 slots: torch.Tensor) -> None:
+        """Store each new token's K/V at its slot (block_id * block_size + offset)."""
+        h, nb, bs, d = k_cache.shape
+        k_cache.view(h, nb * bs, d).index_copy_(1, slots, k.transpose(0, 1))
+        v_cache.view(h, nb * bs, d).index_copy_(1, slots, v.transpose(0, 1))
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
     ) -> torch.Tensor:
-        """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [num_blocks, block_size, Hkv, D]. Returns [T, Hq, D]."""
-        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [Hkv, num_blocks, block_size, D]. Returns [T, Hq, D]."""
+        self.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         out = torch.empty_like(q)
-        nd = meta.num_decodes
-        if nd:
-            out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens)
+        groups = meta.decode_groups or (
+            [(0, meta.num_decodes, meta.decode_block_tables, meta.decode_context_lens)] if meta.num_decodes else []
+        )
+        for start, end, tables, lens in groups:
+            out[start:end] = self._decode(q[start:end], k_cache, v_cache, tables, lens)
         for chunk in meta.prefills:
             qs, qe = chunk.q_start, chunk.q_start + chunk.q_len
+            qh = q[qs:qe].transpose(0, 1).unsqueeze(0)
             if chunk.context_len == chunk.q_len:  # nothing cached: attend over the fresh keys directly
-                ks, vs, mask = k[qs:qe], v[qs:qe], None
+                ks, vs, mask = k[qs:qe].transpose(0, 1), v[qs:qe].transpose(0, 1), None
             else:
                 ks = _gather(k_cache, chunk.block_table, chunk.context_len)
                 vs = _gather(v_cache, chunk.block_table, chunk.context_len)
                 mask = _bottom_right_causal(chunk.q_len, chunk.context_len, q.device)
-            out[qs:qe] = self._sdpa(q[qs:qe], ks, vs, mask)
+            o = F.scaled_dot_product_attention(qh, ks.unsqueeze(0), vs.unsqueeze(0), attn_mask=mask,
+                                               is_causal=mask is None, scale=self.scale, enable_gqa=True)
+            out[qs:qe] = o.squeeze(0).transpose(0, 1)
         return out
-
-    def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        o = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
-            attn_mask=mask, is_causal=mask is None, scale=self.scale, enable_gqa=True,
-        )
-        return o.squeeze(0).transpose(0, 1)
 
     def _decode(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         block_tables: torch.Tensor, context_lens: torch.Tensor,
     ) -> torch.Tensor:
         b, max_blocks = block_tables.shape
-        block_size = k_cache.shape[1]
+        h, _, block_size, d = k_cache.shape
+        length = max_blocks * block_size
         flat = block_tables.reshape(-1)  # index_select: far faster than advanced indexing on CPU
-        keys = k_cache.index_select(0, flat).view(b, max_blocks * block_size, *k_cache.shape[2:]).transpose(1, 2)
-        values = v_cache.index_select(0, flat).view(b, max_blocks * block_size, *v_cache.shape[2:]).transpose(1, 2)
-        positions = torch.arange(max_blocks * block_size, device=q.device)
-        mask = (positions.unsqueeze(0) < context_lens.unsqueeze(1)).view(b, 1, 1, -1)
-        o = F.scaled_dot_product_attention(
-            q.unsqueeze(2), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
-        )
+        keys = k_cache.index_select(1, flat).view(h, b, length, d).transpose(0, 1)
+        values = v_cache.index_select(1, flat).view(h, b, length, d).transpose(0, 1)
+        positions = torch.arange(length, device=q.device)
+        mask = (positions.unsqueeze(0) < context_lens.unsqueeze(1)).view(b, 1, 1, length)
+        o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask, scale=self.scale,
+                                           enable_gqa=True)
         return o.squeeze(2)
 
 
@@ -113,11 +124,21 @@ class FlashPagedAttention:
         self._varlen = flash_attn_varlen_func
         self._with_kvcache = flash_attn_with_kvcache
 
+    @staticmethod
+    def kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
+        return (num_blocks, block_size, num_kv_heads, head_dim)
+
+    @staticmethod
+    def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 slots: torch.Tensor) -> None:
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
     ) -> torch.Tensor:
-        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        self.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         out = torch.empty_like(q)
         nd = meta.num_decodes
         if nd:
@@ -147,8 +168,9 @@ def build_attention(backend: str, scale: float) -> TorchPagedAttention | FlashPa
 
 
 def _gather(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
-    """[length, Hkv, D] of one sequence's cached tokens, in order."""
-    return cache.index_select(0, block_table).view(-1, *cache.shape[2:])[:length]
+    """[Hkv, length, D] of one sequence's cached tokens, in order."""
+    h, _, _, d = cache.shape
+    return cache.index_select(1, block_table).view(h, -1, d)[:, :length]
 
 
 def _bottom_right_causal(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:

@@ -86,6 +86,9 @@ class EngineBackend:
 
     def _load_tokenizer(self) -> None:
         """The engine's tokenizer and block hash, for routing; without them the router balances load only."""
+        if self.config.urls and not self.config.model:
+            log.warning("engine backend %s: urls without model; routing by load only", self.name)
+            return
         try:
             from engine.block_manager import hash_prompt_blocks  # the engine's own chained block hash
             from engine.config import resolve_model_path

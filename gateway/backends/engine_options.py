@@ -24,6 +24,7 @@ ENGINE_ARGS: dict[str, tuple[str, str]] = {
     "num_threads": ("--num-threads", "int"),
     "enable_prefix_caching": ("--no-prefix-caching", "bool_off_flag"),
     "enable_chunked_prefill": ("--no-chunked-prefill", "bool_off_flag"),
+    "enforce_eager": ("--enforce-eager", "bool_on_flag"),
 }
 ROUTER_ARGS = {"overlap_weight": "number", "balance_abs": "int", "balance_rel": "number"}
 SUPERVISOR_ARGS = {"start_timeout_s": "number", "restart_backoff_max_s": "number"}
@@ -44,8 +45,8 @@ class EngineOptions:
         out: list[str] = []
         for key, value in self.engine_args.items():
             flag, kind = ENGINE_ARGS[key]
-            if kind == "bool_off_flag":
-                if not value:
+            if kind in ("bool_off_flag", "bool_on_flag"):
+                if value == (kind == "bool_on_flag"):
                     out.append(flag)
             else:
                 out += [flag, str(value)]
@@ -81,7 +82,7 @@ def _check(path: str, key: str, value: Any, kind: str) -> Any:
         choices = kind.split(":", 1)[1].split(",")
         if value not in choices:
             raise PolicyError(where, f"must be one of {', '.join(choices)}")
-    elif kind == "bool_off_flag":
+    elif kind in ("bool_off_flag", "bool_on_flag"):
         if not isinstance(value, bool):
             raise PolicyError(where, "must be true or false")
     return value

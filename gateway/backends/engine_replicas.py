@@ -46,7 +46,8 @@ class Replica:
                             max_connections=max_connections)
         self.client = OpenAIBackend(cfg, metrics)
         self.process: asyncio.subprocess.Process | None = None
-        self.ready = asyncio.Event()
+        self.ready = asyncio.Event()  # healthy at least once
+        self.checked = asyncio.Event()  # health checked at least once
         self.restarts = 0
 
 
@@ -74,9 +75,12 @@ class ReplicaSet:
             else:
                 self._tasks.append(asyncio.create_task(self._watch_url(r), name=f"watch {r.name}"))
             self._tasks.append(asyncio.create_task(self._follow_kv_events(r), name=f"kv_events {r.name}"))
-        waits = [asyncio.create_task(r.ready.wait()) for r in self.replicas.values()]
+        # spawned replicas: wait until all are up; given URLs: until each was checked once (a dead URL must
+        # not hold up the gateway; its watcher brings it in when it answers)
+        events = [r.ready if self.spawn else r.checked for r in self.replicas.values()]
+        waits = [asyncio.create_task(e.wait()) for e in events]
         try:
-            done, pending = await asyncio.wait(waits, timeout=self.options.start_timeout_s)
+            _, pending = await asyncio.wait(waits, timeout=self.options.start_timeout_s)
         finally:
             for w in waits:
                 w.cancel()
@@ -128,6 +132,7 @@ class ReplicaSet:
         """Given URLs: poll /health so a dead replica leaves the rotation and a revived one rejoins."""
         while True:
             self._mark(r, await self._is_healthy(r))
+            r.checked.set()
             await asyncio.sleep(1.0 if self.router.replicas[r.name].healthy else HEALTH_POLL_S * 4)
 
     # --- spawned processes ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """FAISS indexes of the semantic cache: one per hard scope, exact (flat) while small, IVF when large.
 
-Not thread-safe on purpose: every call runs on the semantic worker's single thread (gateway/cache/semantic.py),
-so searches, inserts and removals never race.
+Not thread-safe on purpose: every mutation and search runs on the semantic worker's single thread
+(gateway/cache/worker.py), so they never race. The event loop only reads sizes (`has_entries`, `len`) as a
+hint to skip embedding a query whose scope is empty; a stale answer there costs one miss, nothing more.
 """
 
 from __future__ import annotations

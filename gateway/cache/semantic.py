@@ -63,6 +63,10 @@ class SemanticCache:
         self.worker = worker
         self._tasks: set[asyncio.Task] = set()
         self._sync_task: asyncio.Task | None = None
+        self._fetches: list[tuple[str, asyncio.Future]] = []
+        self._fetcher: asyncio.Task | None = None
+        self._touches: list[tuple[str, EntryMeta]] = []
+        self._toucher: asyncio.Task | None = None
         self.synced = asyncio.Event()  # set once the start-up load finished and the stream is followed
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
@@ -92,15 +96,16 @@ class SemanticCache:
                 delay = min(delay * 2, 5.0)
 
     async def close(self) -> None:
-        tasks = [t for t in (self._sync_task, *self._tasks) if t is not None]
+        tasks = [t for t in (self._sync_task, self._fetcher, self._toucher, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def drain(self) -> None:
-        """Wait for background stores (tests and benchmarks)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait for background stores and LRU updates (tests and benchmarks)."""
+        while self._tasks or (self._toucher is not None and not self._toucher.done()):
+            pending = [*self._tasks, *([self._toucher] if self._toucher is not None else [])]
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -137,25 +142,71 @@ class SemanticCache:
         for meta, score in accepted[:MAX_FETCHES]:
             key = ks.semantic_entry(ns, meta.entry_id)
             t1 = time.perf_counter()
-            raw = await self._lookup_guard.call(lambda key=key: self._redis.hget(key, "c"))
+            raw = await self._fetch(key)
             timings.fetch_s += time.perf_counter() - t1
             timings.fetched += 1
             if raw is None:  # expired or evicted elsewhere before its event reached us
                 self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
                 continue
-            self.spawn(self._touch(ns, meta))
+            self._touch(ns, meta)
             return Outcome("hit", vector, orjson.loads(raw), score)
         return Outcome("rejected" if rejected else "miss", vector, reason=rejected)
 
-    async def _touch(self, ns: str, meta: EntryMeta) -> None:
-        """Record the use for LRU eviction. The TTL is absolute: a hit never extends it."""
-        await self.worker.run(self.worker.indexes.touch, meta.scope, meta.entry_id)
-        try:
-            await self._store_guard.call(
-                lambda: self._redis.zadd(ks.semantic_lru(ns, meta.scope), {meta.entry_id: time.time()}, xx=True)
-            )
-        except RedisUnavailable:
-            pass  # the LRU order is advisory; the entry itself is intact
+    async def _fetch(self, key: str) -> bytes | None:
+        """Read a hit's completion. Lookups answered by one embedding batch resume together; their reads are
+        coalesced into one pipeline on one connection instead of one connection each."""
+        future = asyncio.get_running_loop().create_future()
+        self._fetches.append((key, future))
+        if self._fetcher is None or self._fetcher.done():
+            self._fetcher = asyncio.create_task(self._flush_fetches())
+        return await future
+
+    async def _flush_fetches(self) -> None:
+        while self._fetches:
+            batch, self._fetches = self._fetches, []
+
+            async def read(batch: list[tuple[str, asyncio.Future]] = batch) -> list:
+                pipe = self._redis.pipeline(transaction=False)
+                for key, _ in batch:
+                    pipe.hget(key, "c")
+                return await pipe.execute()
+
+            try:
+                values = await self._lookup_guard.call(read)
+            except RedisUnavailable as e:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(e)
+                continue
+            for (_, future), value in zip(batch, values, strict=True):
+                if not future.done():
+                    future.set_result(value)
+
+    def _touch(self, ns: str, meta: EntryMeta) -> None:
+        """Record a use for LRU eviction (batched like the reads). The TTL is absolute: a hit never extends it."""
+        self._touches.append((ns, meta))
+        if self._toucher is None or self._toucher.done():
+            self._toucher = asyncio.create_task(self._flush_touches())
+
+    async def _flush_touches(self) -> None:
+        while self._touches:
+            batch, self._touches = self._touches, []
+            await self.worker.run(self._touch_locally, [meta for _, meta in batch])
+
+            async def write(batch: list[tuple[str, EntryMeta]] = batch) -> list:
+                pipe = self._redis.pipeline(transaction=False)
+                for ns, meta in batch:
+                    pipe.zadd(ks.semantic_lru(ns, meta.scope), {meta.entry_id: time.time()}, xx=True)
+                return await pipe.execute()
+
+            try:
+                await self._store_guard.call(write)
+            except RedisUnavailable:
+                pass  # the LRU order is advisory; the entries themselves are intact
+
+    def _touch_locally(self, metas: list[EntryMeta]) -> None:
+        for meta in metas:
+            self.worker.indexes.touch(meta.scope, meta.entry_id)
 
     # ---- store --------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ model is not loaded, lookups are misses and stores are skipped: the request is a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -313,6 +314,10 @@ def _unavailable(e: BaseException) -> GatewayError:
 
 async def create_stage(resources: Resources) -> CacheStage:
     stage = CacheStage(resources)
+    try:  # open a pooled connection now, so the first lookup's few-ms budget is not spent connecting
+        await asyncio.wait_for(resources.redis.ping(), 1.0)
+    except (TimeoutError, RedisError, OSError) as e:
+        log.warning("cache: Redis not reachable at start (%s); lookups fail open until it is", e)
     policy = resources.get_policy()
     stage.start(any(r.cache is not None and r.cache.semantic is not None for r in policy.routes))
     return stage

@@ -100,6 +100,22 @@ def test_max_age_applies_to_semantic_entries(gw) -> None:
     assert ask(srv, other, headers={"Cache-Control": "max-age=600"})[1]["x-cache"] == "HIT-SEMANTIC"
 
 
+def test_semantic_hits_never_extend_the_ttl(gw, redis_url) -> None:
+    import redis
+
+    fake, srv = gw
+    store(srv, "What does DNA stand for?")
+    r = redis.Redis.from_url(redis_url)
+    (key,) = list(r.scan_iter("llmgw:cache:*:s:*"))
+    before = r.pttl(key)
+    for _ in range(3):
+        assert ask(srv, "What does DNA stand for", headers={"Cache-Control": "no-store"})[1]["x-cache"] == \
+            "HIT-SEMANTIC"
+    settle(srv)
+    assert 0 < r.pttl(key) <= before
+    r.close()
+
+
 def test_semantic_entries_expire(fake_openai, serve_gateway) -> None:
     import time
 

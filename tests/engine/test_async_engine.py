@@ -18,7 +18,7 @@ KV_BYTES = 48 * 2**20  # a small cache: ~65 blocks of 16 tokens for SmolLM2-135M
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[AsyncEngine]:
-    eng = AsyncEngine.from_config(EngineConfig(kv_cache_memory=KV_BYTES, num_threads=2, max_num_seqs=16))
+    eng = AsyncEngine.from_config(EngineConfig(kv_cache_memory=KV_BYTES, num_threads=1, max_num_seqs=16))
     eng.start()
     yield eng
     eng.shutdown()

@@ -19,6 +19,7 @@ class FakeSeq:
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
+    num_registered_blocks: int = 0
 
     def __post_init__(self) -> None:
         self.block_hashes = hash_prompt_blocks(self.token_ids, BS)
@@ -191,3 +192,18 @@ def test_prefix_caching_off_never_hits() -> None:
     bm = BlockManager(8, BS, enable_prefix_caching=False)
     assert admit(bm, FakeSeq(list(range(9))))
     assert bm.find_cached_blocks(FakeSeq(list(range(9)))) == [] and not bm.hash_to_block
+
+
+def test_duplicate_blocks_stay_private_and_events_stay_contiguous() -> None:
+    bm = BlockManager(16, BS)
+    a, b = FakeSeq(list(range(12))), FakeSeq(list(range(12)))
+    for seq in (a, b):  # both computed before either registered: no hit for b
+        assert bm.allocate(seq, 12)
+        seq.num_computed_tokens = 12
+    bm.cache_full_blocks(a)
+    bm.cache_full_blocks(b)
+    (event,) = bm.drain_events()
+    assert event.block_hashes == a.block_hashes[:3]
+    assert all(bm.blocks[x].block_hash is None for x in b.block_table)
+    bm.free_sequence(b)
+    assert len(bm.find_cached_blocks(FakeSeq(list(range(13))))) == 3

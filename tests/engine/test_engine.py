@@ -169,3 +169,24 @@ def test_generate_accepts_text_prompts(engine) -> None:
     (res,) = engine.generate(["The capital of France is"], greedy(5))
     assert res.prompt_token_ids == engine.tokenizer.encode("The capital of France is")
     assert "Paris" in res.text
+
+
+def test_dummy_weights_of_a_given_config() -> None:
+    config = EngineConfig(load_format="dummy", num_threads=1, max_model_len=128, kv_cache_memory=2**20,
+                          dummy_config={"num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_kv_heads": 2,
+                                        "intermediate_size": 128})
+    first, second = LLMEngine(config), LLMEngine(config)
+    assert first.model_config.num_layers == 2 and first.model_config.head_dim == 16
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    a, b = first.generate([[5, 6, 7]], params), second.generate([[5, 6, 7]], params)
+    assert len(a[0].token_ids) == 8 and a[0].token_ids == b[0].token_ids  # reproducible random weights
+    with pytest.raises(ValueError, match="unknown model config keys"):
+        LLMEngine(EngineConfig(load_format="dummy", dummy_config={"layers": 2}))
+
+
+def test_bfloat16_runs() -> None:
+    config = EngineConfig(load_format="dummy", dtype="bfloat16", num_threads=1, max_model_len=128,
+                          kv_cache_memory=2**20, dummy_config={"num_layers": 1, "hidden_size": 64, "num_heads": 4,
+                                                               "num_kv_heads": 4, "intermediate_size": 64})
+    (result,) = LLMEngine(config).generate([[1, 2, 3, 4]], SamplingParams(temperature=0.7, seed=1, max_tokens=4))
+    assert len(result.token_ids) == 4

@@ -68,7 +68,7 @@ def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset:
 def test_paged_attention_with_cached_prefix_and_decodes_matches_dense() -> None:
     torch.manual_seed(0)
     bs, hq, hkv, d = 4, 6, 2, 8
-    k_cache = torch.zeros(20, bs, hkv, d)
+    k_cache = torch.zeros(TorchPagedAttention.kv_cache_shape(20, bs, hkv, d))
     v_cache = torch.zeros_like(k_cache)
     attn = TorchPagedAttention(d**-0.5)
     # Sequence A: 9 tokens, 6 cached in blocks [7, 2], then a 3-token chunk (bottom-right alignment).
@@ -82,8 +82,7 @@ def test_paged_attention_with_cached_prefix_and_decodes_matches_dense() -> None:
         return [table[p // bs] * bs + p % bs for p in positions]
 
     for table, keys, values, n in ((table_a, ka, va, 6), (table_b, kb, vb, 5)):
-        s = torch.tensor(slots(table, range(n)))
-        k_cache.view(-1, hkv, d)[s], v_cache.view(-1, hkv, d)[s] = keys[:n], values[:n]
+        attn.write_kv(k_cache, v_cache, keys[:n], values[:n], torch.tensor(slots(table, range(n))))
     meta = AttentionMetadata(
         slot_mapping=torch.tensor(slots(table_b, range(5, 6)) + slots(table_a, range(6, 9))),
         num_decodes=1, decode_block_tables=torch.tensor([table_b]), decode_context_lens=torch.tensor([6]),
@@ -92,6 +91,10 @@ def test_paged_attention_with_cached_prefix_and_decodes_matches_dense() -> None:
     out = attn.forward(torch.cat([qb, qa]), torch.cat([kb[5:], ka[6:]]), torch.cat([vb[5:], va[6:]]),
                        k_cache, v_cache, meta)
     torch.testing.assert_close(out[0:1], dense_reference(qb, kb, vb, 5))
+    meta.decode_groups = [(0, 1, torch.tensor([table_b + [0, 0]]), torch.tensor([6]))]  # padded group
+    grouped = attn.forward(torch.cat([qb, qa]), torch.cat([kb[5:], ka[6:]]), torch.cat([vb[5:], va[6:]]),
+                           k_cache, v_cache, meta)
+    torch.testing.assert_close(grouped, out)
     torch.testing.assert_close(out[1:], dense_reference(qa, ka, va, 6))
     naive_top_left = dense_reference(qa, ka, va, 0)  # the wrong (top-left) alignment must differ
     assert not torch.allclose(out[1:], naive_top_left)

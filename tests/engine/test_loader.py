@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as Q
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.config import resolve_model_path
-from engine.layers.attention import AttentionMetadata, PrefillChunk
+from engine.layers.attention import AttentionMetadata, PrefillChunk, TorchPagedAttention
 from engine.loader.gguf import load_gguf_weights, open_gguf, read_gguf_config
 from engine.models.config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
@@ -88,7 +88,7 @@ def our_logits(model: LlamaForCausalLM, ids: list[int]) -> torch.Tensor:
     """One prefill through the paged path, logits for every position."""
     cfg, t, bs = model.config, len(ids), 16
     nb = -(-t // bs)
-    k = torch.zeros(cfg.num_layers, nb, bs, cfg.num_kv_heads, cfg.head_dim)
+    k = torch.zeros(cfg.num_layers, *TorchPagedAttention.kv_cache_shape(nb, bs, cfg.num_kv_heads, cfg.head_dim))
     model.bind_kv_cache(list(k.unbind(0)), list(torch.zeros_like(k).unbind(0)))
     meta = AttentionMetadata(torch.arange(t), 0, torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                              [PrefillChunk(0, t, t, torch.arange(nb))])

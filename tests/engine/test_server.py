@@ -22,7 +22,7 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[AsyncEngine]:
-    eng = AsyncEngine.from_config(EngineConfig(kv_cache_memory=48 * 2**20, num_threads=2, max_num_seqs=16))
+    eng = AsyncEngine.from_config(EngineConfig(kv_cache_memory=48 * 2**20, num_threads=1, max_num_seqs=16))
     yield eng
     eng.shutdown()
 

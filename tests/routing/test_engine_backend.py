@@ -24,7 +24,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def local() -> AsyncIterator[EngineBackend]:
     config = BackendConfig(name="local", type="engine", model=MODEL,
-                           options={"kv_cache_memory": "32MiB", "num_threads": 2, "max_num_seqs": 8})
+                           options={"kv_cache_memory": "32MiB", "num_threads": 1, "max_num_seqs": 8})
     backend = EngineBackend(config, Metrics())
     assert backend.in_process
     await backend.start()
