@@ -89,6 +89,11 @@ class LLMEngine:
                 self.scheduler.finish(seq, "abort")
                 self.aborted.append(seq)
 
+    def _discard(self, request_id: str) -> None:
+        for seq in self.requests.pop(request_id, []):
+            if not seq.is_finished:
+                self.scheduler.finish(seq, "abort")
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self.aborted)
 
@@ -142,7 +147,12 @@ class LLMEngine:
         for i, (prompt, p) in enumerate(zip(prompts, params_list, strict=True)):
             ids = self.tokenizer.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else list(prompt)
             rid = f"{prefix}{i}"
-            self.add_request(rid, ids, p)
+            try:
+                self.add_request(rid, ids, p)
+            except ValueError:
+                for queued in results:  # leave nothing half-submitted behind (nobody awaits their outputs)
+                    self._discard(queued)
+                raise
             results[rid] = CompletionResult(rid, ids, [CompletionOutput(j, "", [], None, None) for j in range(p.n)])
         while self.has_unfinished_requests():
             for out in self.step():

@@ -7,9 +7,10 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
+from engine.loader.gguf_file import GGUFFile
 from engine.models.config import ModelConfig
 
 SUPPORTED_TYPES = {
@@ -28,7 +29,7 @@ LAYER_NAMES = {
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
-def open_gguf(path: str) -> GGUFReader:
+def open_gguf(path: str) -> GGUFFile:
     """A reader, or ValueError naming the file when it is not a readable GGUF.
 
     Parsing the metadata (tens of thousands of vocabulary strings) takes seconds, and the tokenizer,
@@ -39,21 +40,20 @@ def open_gguf(path: str) -> GGUFReader:
 
 
 @lru_cache(maxsize=1)
-def _open_cached(path: str, mtime_ns: int, size: int) -> GGUFReader:
+def _open_cached(path: str, mtime_ns: int, size: int) -> GGUFFile:
     try:
-        return GGUFReader(path)
+        return GGUFFile(path)
     except FileNotFoundError:
         raise
     except Exception as e:  # the reader raises ValueError, struct/IndexError, mmap errors on bad files
         raise ValueError(f"corrupt or unreadable GGUF file {path!r}: {e}") from e
 
 
-def field_value(reader: GGUFReader, key: str, default: object = None) -> object:
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
+def field_value(reader: GGUFFile, key: str, default: object = None) -> object:
+    return reader.fields.get(key, default)
 
 
-def read_gguf_config(reader: GGUFReader) -> ModelConfig:
+def read_gguf_config(reader: GGUFFile) -> ModelConfig:
     arch = field_value(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"unsupported GGUF architecture {arch!r}; supported: {SUPPORTED_ARCHS}")

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 import pytest
 
-os.environ.setdefault("LLM_GATEWAY_EMBED_THREADS", "1")  # two cores shared by many test runs
-
-from gateway.cache.embedder import MiniLMEmbedder, shared_embedder  # noqa: E402
-from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
-from tests.helpers import ServerThread  # noqa: E402
+from gateway.cache.embedder import MiniLMEmbedder, shared_embedder
+from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import ServerThread
 
 
 @pytest.fixture(scope="session")

@@ -190,3 +190,10 @@ def test_bfloat16_runs() -> None:
                                                                "num_kv_heads": 4, "intermediate_size": 64})
     (result,) = LLMEngine(config).generate([[1, 2, 3, 4]], SamplingParams(temperature=0.7, seed=1, max_tokens=4))
     assert len(result.token_ids) == 4
+
+
+def test_generate_with_one_bad_prompt_leaves_nothing_queued(engine, chat) -> None:
+    with pytest.raises(ValueError, match="context window"):
+        engine.generate([chat, [1] * 300], greedy(4))
+    assert not engine.has_unfinished_requests()
+    assert engine.stats().num_free_blocks == engine.stats().num_total_blocks
