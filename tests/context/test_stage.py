@@ -54,8 +54,8 @@ def history(turns: int, words: int = 40) -> list[dict]:
     return out
 
 
-def test_documents_are_assembled_stripped_and_reported(upstream, serve_gateway) -> None:
-    fake, up = upstream
+def test_documents_are_assembled_stripped_and_reported(fake_openai, serve_gateway) -> None:
+    fake, up = fake_openai
     srv = serve_gateway(openai_policy(
         up.url, "    budget: {context_window: 4000, max_output_tokens: 300, input_price_per_mtok: 1000}"))
     docs = [{"id": "a", "content": "The launch is on Tuesday.", "score": 0.9},
@@ -81,8 +81,8 @@ def test_documents_are_assembled_stripped_and_reported(upstream, serve_gateway) 
     assert metric(srv, "gateway_context_saved_dollars_total") == pytest.approx(saved * 1000 / 1e6)
 
 
-def test_routes_without_context_config_only_strip_documents(upstream, serve_gateway) -> None:
-    fake, up = upstream
+def test_routes_without_context_config_only_strip_documents(fake_openai, serve_gateway) -> None:
+    fake, up = fake_openai
     srv = serve_gateway(openai_policy(up.url, "    budget: {context_window: 4000}"))
     raw = client(srv).chat.completions.with_raw_response.create(
         model="plain-model", messages=[{"role": "user", "content": "hi"}],
@@ -92,8 +92,8 @@ def test_routes_without_context_config_only_strip_documents(upstream, serve_gate
     assert "documents" not in fake.last.body and fake.last.body["messages"] == [{"role": "user", "content": "hi"}]
 
 
-def test_prompt_that_cannot_fit_is_a_400_with_the_numbers(upstream, serve_gateway) -> None:
-    fake, up = upstream
+def test_prompt_that_cannot_fit_is_a_400_with_the_numbers(fake_openai, serve_gateway) -> None:
+    fake, up = fake_openai
     srv = serve_gateway(openai_policy(up.url, "    budget: {context_window: 200, max_output_tokens: 50}"))
     with pytest.raises(openai.BadRequestError) as err:
         client(srv).chat.completions.create(
@@ -118,8 +118,8 @@ def test_prompt_that_cannot_fit_is_a_400_with_the_numbers(upstream, serve_gatewa
         (["plain string"], "documents[0]"),
     ],
 )
-def test_bad_documents_are_a_400_naming_the_field(upstream, serve_gateway, documents, param) -> None:
-    fake, up = upstream
+def test_bad_documents_are_a_400_naming_the_field(fake_openai, serve_gateway, documents, param) -> None:
+    fake, up = fake_openai
     srv = serve_gateway(openai_policy(up.url, "    budget: {context_window: 4000}"))
     with pytest.raises(openai.BadRequestError) as err:
         client(srv).chat.completions.create(
@@ -153,8 +153,8 @@ def run_twenty_turns(fake, srv) -> list[bytes]:
     return [r.raw for r in fake.requests]
 
 
-def test_ordering_keeps_the_prefix_byte_identical_across_twenty_turns(upstream, serve_gateway) -> None:
-    fake, up = upstream
+def test_ordering_keeps_the_prefix_byte_identical_across_twenty_turns(fake_openai, serve_gateway) -> None:
+    fake, up = fake_openai
     srv = serve_gateway(openai_policy(up.url, "    budget: {context_window: 100000}"))
     raws = run_twenty_turns(fake, srv)
     assert len(raws) == 20
@@ -171,8 +171,8 @@ def test_ordering_keeps_the_prefix_byte_identical_across_twenty_turns(upstream, 
     assert len(bodies[-1]["messages"]) == 1 + 1 + 19 * 2 + 2
 
 
-def test_without_ordering_the_prefix_breaks_every_turn(upstream, serve_gateway) -> None:
-    fake, up = upstream
+def test_without_ordering_the_prefix_breaks_every_turn(fake_openai, serve_gateway) -> None:
+    fake, up = fake_openai
     srv = serve_gateway(openai_policy(up.url, "    budget: {context_window: 100000}\n    ordering: {enabled: false}"))
     bodies = [orjson.loads(r) for r in run_twenty_turns(fake, srv)]
     changed = sum(after["messages"][1] != before["messages"][1] for before, after in zip(bodies, bodies[1:], strict=False))
@@ -187,8 +187,8 @@ def summarizer_policy(up_url: str, summ_url: str, timeout_s: float = 5) -> str:
     return openai_policy(up_url, section, extra)
 
 
-def test_summaries_are_cached_and_extended_with_only_new_turns(upstream, summarizer_upstream, serve_gateway) -> None:
-    fake, up = upstream
+def test_summaries_are_cached_and_extended_with_only_new_turns(fake_openai, summarizer_upstream, serve_gateway) -> None:
+    fake, up = fake_openai
     summ, summ_srv = summarizer_upstream
     srv = serve_gateway(summarizer_policy(up.url, summ_srv.url))
     api = client(srv)
@@ -225,8 +225,8 @@ def test_summaries_are_cached_and_extended_with_only_new_turns(upstream, summari
 
 
 @pytest.mark.parametrize("failure", ["error", "timeout"])
-def test_summarizer_failure_falls_back_to_dropping_oldest_turns(upstream, summarizer_upstream, serve_gateway, failure) -> None:
-    fake, up = upstream
+def test_summarizer_failure_falls_back_to_dropping_oldest_turns(fake_openai, summarizer_upstream, serve_gateway, failure) -> None:
+    fake, up = fake_openai
     summ, summ_srv = summarizer_upstream
     if failure == "error":
         summ.fail_next(10, status=500)
@@ -257,8 +257,8 @@ routes:
 """
 
 
-def test_anthropic_requests_carry_breakpoints_at_the_end_of_the_static_prefix(anthropic_upstream, serve_gateway) -> None:
-    fake, up = anthropic_upstream
+def test_anthropic_requests_carry_breakpoints_at_the_end_of_the_static_prefix(fake_anthropic, serve_gateway) -> None:
+    fake, up = fake_anthropic
     srv = serve_gateway(anthropic_policy(up.url))
     api = client(srv)
     system = "You are the support assistant of a bicycle shop. You must be precise.\n" + "Policy line. " * 600
@@ -291,8 +291,8 @@ def test_anthropic_requests_carry_breakpoints_at_the_end_of_the_static_prefix(an
     assert metric(srv, "gateway_context_cache_breakpoints_total") == 4
 
 
-def test_short_prefixes_get_no_breakpoints(anthropic_upstream, serve_gateway) -> None:
-    fake, up = anthropic_upstream
+def test_short_prefixes_get_no_breakpoints(fake_anthropic, serve_gateway) -> None:
+    fake, up = fake_anthropic
     srv = serve_gateway(anthropic_policy(up.url))
     client(srv).chat.completions.create(
         model="claude-sonnet-4-20250514",
@@ -301,9 +301,9 @@ def test_short_prefixes_get_no_breakpoints(anthropic_upstream, serve_gateway) ->
     assert b"cache_control" not in fake.last.raw
 
 
-def test_large_conversation_is_fitted_to_the_table_window(upstream, serve_gateway) -> None:
+def test_large_conversation_is_fitted_to_the_table_window(fake_openai, serve_gateway) -> None:
     """More text than OFFLOAD_CHARS (assembled on a worker thread); gpt-4 has an 8,192-token window."""
-    fake, up = upstream
+    fake, up = fake_openai
     srv = serve_gateway(openai_policy(up.url, "    budget: {max_output_tokens: 1000}").replace('"gpt-4o*"', '"gpt-4*"'))
     conversation = history(120, words=100) + [{"role": "user", "content": "Summing up?"}]
     assert sum(len(m["content"]) for m in conversation) > 64_000

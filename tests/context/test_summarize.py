@@ -51,8 +51,8 @@ def test_long_histories_are_folded_in_batches() -> None:
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
 
 
-async def test_redis_down_still_summarises(upstream) -> None:
-    fake, srv = upstream
+async def test_redis_down_still_summarises(fake_openai) -> None:
+    fake, srv = fake_openai
     fake.reply = "short summary"
     metrics = Metrics()
     backend = OpenAIBackend(BackendConfig(name="summ", type="openai", base_url=srv.url + "/v1", api_key="k"), metrics)
