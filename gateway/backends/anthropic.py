@@ -27,7 +27,7 @@ from gateway.backends.anthropic_format import (
 )
 from gateway.backends.base import BackendError, Timeouts
 from gateway.backends.sse import SSEEvent
-from gateway.backends.upstream import READY_TIMEOUTS, HTTPUpstream
+from gateway.backends.upstream import HTTPUpstream
 from gateway.config.schema import BackendConfig
 from gateway.errors import error_body
 from gateway.metrics import Metrics
@@ -115,26 +115,10 @@ class AnthropicBackend:
         raise _unsupported("embeddings")
 
     async def list_models(self) -> list[str]:
-        try:
-            answer = await self.http.request_json("GET", self._prefix + "/models", None, READY_TIMEOUTS,
-                                                  track=False)
-        except BackendError:
-            return list(self.config.models)
-        data = answer.get("data")
-        if not isinstance(data, list):
-            return list(self.config.models)
-        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+        return await self.http.list_models(self._prefix + "/models", self.config.models)
 
     async def check_ready(self) -> str | None:
-        try:
-            await self.http.request_json("GET", self._prefix + "/models", None, READY_TIMEOUTS, track=False)
-        except BackendError as e:
-            if e.status in (401, 403):
-                return f"{self.name}: anthropic rejected the credentials ({e.status})"
-            if e.reason == "status_4xx":
-                return None
-            return f"{self.name}: {e.message}"
-        return None
+        return await self.http.check_ready(self._prefix + "/models")
 
 
 def _unsupported(endpoint: str) -> BackendError:

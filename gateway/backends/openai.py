@@ -13,7 +13,7 @@ import orjson
 
 from gateway.backends.base import BackendError, Timeouts
 from gateway.backends.sse import SSEEvent
-from gateway.backends.upstream import READY_TIMEOUTS, HTTPUpstream
+from gateway.backends.upstream import HTTPUpstream
 from gateway.config.schema import BackendConfig
 from gateway.metrics import Metrics
 
@@ -91,25 +91,10 @@ class OpenAIBackend:
                 yield chunk
 
     async def list_models(self) -> list[str]:
-        try:
-            answer = await self.http.request_json("GET", "/models", None, READY_TIMEOUTS, track=False)
-        except BackendError:
-            return list(self.config.models)
-        data = answer.get("data")
-        if not isinstance(data, list):
-            return list(self.config.models)
-        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+        return await self.http.list_models("/models", self.config.models)
 
     async def check_ready(self) -> str | None:
-        try:
-            await self.http.request_json("GET", "/models", None, READY_TIMEOUTS, track=False)
-        except BackendError as e:
-            if e.status in (401, 403):
-                return f"{self.name}: upstream rejected the credentials ({e.status})"
-            if e.reason == "status_4xx":
-                return None  # it answered; some servers (older TGI) just have no /models
-            return f"{self.name}: {e.message}"
-        return None
+        return await self.http.check_ready("/models")
 
 
 def _stream_error(err: object, yielded: bool) -> BackendError:

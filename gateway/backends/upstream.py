@@ -143,6 +143,30 @@ class HTTPUpstream:
             if track:
                 self._inflight.dec()
 
+    async def list_models(self, path: str, fallback: list[str]) -> list[str]:
+        """Model ids from an OpenAI-style `GET {path}` list; `fallback` when the upstream cannot say."""
+        try:
+            answer = await self.request_json("GET", path, None, READY_TIMEOUTS, track=False)
+        except BackendError:
+            return list(fallback)
+        data = answer.get("data")
+        if not isinstance(data, list):
+            return list(fallback)
+        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+
+    async def check_ready(self, path: str) -> str | None:
+        """None when the upstream answers `GET {path}` (a 4xx other than 401/403 counts: some servers, older
+        TGI among them, have no such path), else a short reason."""
+        try:
+            await self.request_json("GET", path, None, READY_TIMEOUTS, track=False)
+        except BackendError as e:
+            if e.status in (401, 403):
+                return f"{self.name}: upstream rejected the credentials ({e.status})"
+            if e.reason == "status_4xx":
+                return None
+            return f"{self.name}: {e.message}"
+        return None
+
     async def stream_events(
         self, path: str, payload: bytes, timeouts: Timeouts, is_terminal: Callable[[SSEEvent], bool]
     ) -> AsyncIterator[SSEEvent]:
