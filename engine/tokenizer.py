@@ -40,8 +40,11 @@ def _byte_alphabet() -> dict[int, str]:
 
 class Tokenizer:
     def __init__(self, backend: BackendTokenizer, chat_template: str | None, special_tokens: dict[str, str | None],
-                 eos_token_ids: set[int], add_bos_token: bool = False) -> None:
+                 eos_token_ids: set[int], add_bos_token: bool = False, specials_from_backend: bool = False) -> None:
         self.backend = backend
+        # tokenizer.json files carry their own post-processor (e.g. Llama 3 adds BOS there); GGUF-built
+        # backends have none, so BOS comes from the file's add_bos_token flag instead.
+        self.specials_from_backend = specials_from_backend
         self.chat_template = chat_template
         self.special_tokens = special_tokens  # bos_token, eos_token, unk_token, pad_token -> text
         self.eos_token_ids = eos_token_ids
@@ -123,9 +126,11 @@ class Tokenizer:
         generation = _read_json(os.path.join(directory, "generation_config.json"))
         eos = generation.get("eos_token_id")
         eos_ids.update(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
-        return cls(backend, template, special, eos_ids, add_bos_token=bool(config.get("add_bos_token", False)))
+        return cls(backend, template, special, eos_ids, specials_from_backend=True)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if self.specials_from_backend:
+            return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
         ids = self.backend.encode(text, add_special_tokens=False).ids
         if add_special_tokens and self.add_bos_token and self.bos_token_id is not None:
             ids = [self.bos_token_id, *ids]

@@ -91,11 +91,19 @@ class RotaryEmbedding(nn.Module):
         self.cos = (emb.cos() * attention_factor).to(device)
         self.sin = (emb.sin() * attention_factor).to(device)
 
+    def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [T, 1, D] for the step's positions (looked up once, shared by every layer)."""
+        cos = self.cos.index_select(0, positions).unsqueeze(1).to(dtype)
+        sin = self.sin.index_select(0, positions).unsqueeze(1).to(dtype)
+        return cos, sin
+
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [T, Hq, D], k: [T, Hkv, D], positions: [T]."""
-        cos = self.cos.index_select(0, positions).unsqueeze(1).to(q.dtype)
-        sin = self.sin.index_select(0, positions).unsqueeze(1).to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        return apply_rotary(q, k, *self.lookup(positions, q.dtype))
+
+
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -100,3 +100,20 @@ def test_unsupported_template_use_is_a_clear_error(ours: Tokenizer) -> None:
     raising = Tokenizer(ours.backend, "{{ raise_exception('roles must alternate') }}", ours.special_tokens, set())
     with pytest.raises(ValueError, match="roles must alternate"):
         raising.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+def test_hf_directory_tokenizer_uses_its_post_processor(tmp_path, ours: Tokenizer) -> None:
+    from tokenizers import processors
+
+    backend = ours.backend
+    saved = backend.post_processor
+    backend.post_processor = processors.TemplateProcessing(single="<|im_start|> $A", special_tokens=[("<|im_start|>", 1)])
+    try:
+        backend.save(str(tmp_path / "tokenizer.json"))
+    finally:
+        backend.post_processor = saved
+    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "<|im_end|>"}')
+    hf_dir = Tokenizer.from_model_path(str(tmp_path))
+    assert hf_dir.encode("hi", add_special_tokens=True) == [1, *ours.encode("hi")]
+    assert hf_dir.encode("hi") == ours.encode("hi")
+    assert hf_dir.eos_token_ids == {2}
