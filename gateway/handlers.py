@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 from contextlib import aclosing
 from typing import Any
 
@@ -262,7 +262,7 @@ async def admin_cache_stats(request: web.Request) -> web.Response:
 @web.middleware
 async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Request id on everything; every error as OpenAI's envelope; request count and latency per route."""
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    request_id = request.headers.get("X-Request-Id", "")[:128] or os.urandom(16).hex()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     try:
@@ -292,7 +292,6 @@ async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamR
 def _observe(request: web.Request, status: str, started: float) -> None:
     if ROUTE not in request:
         return
-    metrics = request.app[GATEWAY].metrics
-    route = request[ROUTE]
-    metrics.requests.labels(route, request.get(BACKEND, "none"), status).inc()
-    metrics.request_duration.labels(route).observe(time.perf_counter() - started)
+    request.app[GATEWAY].metrics.observe_request(
+        request[ROUTE], request.get(BACKEND, "none"), status, time.perf_counter() - started
+    )

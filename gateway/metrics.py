@@ -53,5 +53,20 @@ class Metrics:
             "gateway_rate_limited", "Requests refused by tenant limits", ["tenant", "limit"], registry=r
         )
 
+        # Children of the hottest label sets, resolved once: `labels()` costs a lock and a dict build per call.
+        self.prompt_tokens = self.tokens.labels("prompt")
+        self.completion_tokens = self.tokens.labels("completion")
+        self._children: dict[tuple, tuple] = {}
+
+    def observe_request(self, route: str, backend: str, status: str, seconds: float) -> None:
+        key = (route, backend, status)
+        pair = self._children.get(key)
+        if pair is None:
+            pair = self._children[key] = (
+                self.requests.labels(route, backend, status), self.request_duration.labels(route)
+            )
+        pair[0].inc()
+        pair[1].observe(seconds)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
