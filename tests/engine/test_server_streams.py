@@ -4,7 +4,6 @@ hashes, NDJSON or SSE) and clients that leave mid-request (their engine requests
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import aiohttp
 import orjson
@@ -12,24 +11,8 @@ import pytest
 
 from engine.async_engine import AsyncEngine
 from engine.block_manager import hash_prompt_blocks
-from engine.config import EngineConfig
-from engine.server import create_engine_app
+from tests.engine.conftest import MODEL
 from tests.helpers import ServerThread
-
-MODEL = "smollm2-135m"
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[AsyncEngine]:
-    eng = AsyncEngine.from_config(EngineConfig(kv_cache_memory=48 * 2**20, num_threads=1, max_num_seqs=16))
-    yield eng
-    eng.shutdown()
-
-
-@pytest.fixture(scope="module")
-def server(engine: AsyncEngine) -> Iterator[ServerThread]:
-    with ServerThread(lambda: create_engine_app(engine, MODEL)) as srv:
-        yield srv
 
 
 async def wait_all_free(engine: AsyncEngine) -> None:
