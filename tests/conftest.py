@@ -6,8 +6,13 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.helpers import RedisServer
+
+# Hypothesis: no per-example deadline (a shared 2-core CI box makes timings meaningless; speed lives in bench/).
+settings.register_profile("project", deadline=None, print_blob=True)
+settings.load_profile("project")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -32,6 +32,8 @@ class SSEParser:
         self._skip_lf = False  # the last feed ended in CR: a leading LF now belongs to that CRLF
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if not chunk:
+            return []  # an empty read must not forget a CR that ended the previous one
         if self._skip_lf and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._skip_lf = chunk[-1:] == b"\r"

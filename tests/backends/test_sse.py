@@ -65,6 +65,13 @@ def test_crlf_split_between_reads_is_one_line_end() -> None:
     assert parser.feed(b"\ndata: b\r\n\r\n") == [SSEEvent(b"a\nb")]
 
 
+def test_empty_read_between_cr_and_lf_keeps_one_line_end() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: a\r") == []
+    assert parser.feed(b"") == []
+    assert parser.feed(b"\ndata: b\r\n\r\n") == [SSEEvent(b"a\nb")]
+
+
 def test_unfinished_event_at_end_is_not_dispatched() -> None:
     parser = SSEParser()
     assert parser.feed(b"data: whole\n\ndata: half") == [SSEEvent(b"whole")]
