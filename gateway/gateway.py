@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from gateway.auth import Authenticator
 from gateway.backends.base import Backend
-from gateway.config.schema import Policy, TenantConfig
+from gateway.config.schema import Policy
 from gateway.embedded_redis import EmbeddedRedis
 from gateway.limits import RateLimiter
 from gateway.metrics import Metrics
@@ -187,5 +187,3 @@ async def _close_later(backends: list[Backend], delay_s: float) -> None:
     for backend in backends:
         await backend.close()
 
-
-__all__ = ["Gateway", "TenantConfig"]
