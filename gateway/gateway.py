@@ -46,6 +46,7 @@ class Gateway:
         self.stages: list[Stage] = []
         self._models: tuple[float, list[tuple[str, str]]] = (0.0, [])
         self._retiring: set[asyncio.Task] = set()
+        self._retired: list[Backend] = []
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
@@ -59,7 +60,6 @@ class Gateway:
         timeout_s = policy.redis.timeout_ms / 1000
         self.redis = aioredis.Redis.from_url(
             url, socket_connect_timeout=max(timeout_s, 0.05), socket_timeout=1.0, health_check_interval=30,
-            max_connections=256,
         )
         # Limits get a wider budget than cache lookups: failing open there lets traffic past a tenant's limit.
         self.limiter = RateLimiter(self.redis, self.metrics, max(timeout_s * 10, 0.05))
@@ -88,6 +88,8 @@ class Gateway:
             await stage.close()
         for task in list(self._retiring):
             task.cancel()
+        for backend in self._retired:
+            await backend.close()
         await self.snapshot.backends.close()
         await self.http.close()
         await self.redis.aclose()
@@ -102,11 +104,18 @@ class Gateway:
         self.snapshot = Snapshot(policy, Authenticator(policy), backends)
         self._models = (0.0, [])
         if retired:
+            self._retired.extend(retired)  # closed after a grace period, or at shutdown if that comes first
             grace = max((r.timeouts.total for r in self.snapshot.policy.routes), default=60.0)
-            task = asyncio.create_task(_close_later(retired, grace))
+            task = asyncio.create_task(self._close_later(retired, grace))
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
         log.info("policy %s applied (%s)", policy.source, policy.digest[:12])
+
+    async def _close_later(self, backends: list[Backend], delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        for backend in backends:
+            self._retired.remove(backend)
+            await backend.close()
 
     # ---- helpers for handlers -----------------------------------------------------------------------------
 
@@ -182,8 +191,4 @@ async def _list_models(backend: Backend) -> list[str]:
         return []
 
 
-async def _close_later(backends: list[Backend], delay_s: float) -> None:
-    await asyncio.sleep(delay_s)
-    for backend in backends:
-        await backend.close()
 

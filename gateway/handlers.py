@@ -98,6 +98,7 @@ async def prepare(request: web.Request, endpoint: str) -> tuple[Gateway, Snapsho
         request_id=request[REQUEST_ID], endpoint=endpoint, body=body, forward_body=body, model=model,
         stream=stream, include_usage=include_usage, tenant=tenant, route=route, policy=snap.policy,
         headers=request.headers, cache_control=CacheControl.parse(request.headers.get("Cache-Control")),
+        response_headers={"X-Request-Id": request[REQUEST_ID]},  # streams send headers before the middleware
     )
     return gw, snap, ctx
 
@@ -181,10 +182,13 @@ async def _relay_stream(
                     if ctx.include_usage or chunk.get("choices") or not chunk.get("usage"):
                         await out.add(sse_event(chunk))
                     chunk = await anext(stream, None)
-            except BackendError as e:
-                # Headers are gone: report in-band the way OpenAI does, and end without [DONE].
-                request[STATUS] = str(e.to_gateway_error().status)
-                await out.close(sse_event(e.to_gateway_error().body()))
+            except (BackendError, AttributeError, TypeError) as e:
+                # Headers are gone: report in-band the way OpenAI does, and end without [DONE]. (Attribute and
+                # type errors come from an upstream chunk of the wrong shape.)
+                err = e.to_gateway_error() if isinstance(e, BackendError) else GatewayError(
+                    502, f"the upstream sent a malformed stream chunk: {e}", "upstream_error", "protocol")
+                request[STATUS] = str(err.status)
+                await out.close(sse_event(err.body()))
                 await response.write_eof()
                 return response
             assembler.finish()
@@ -193,8 +197,9 @@ async def _relay_stream(
     finally:
         gw.router.inflight.leave(name)
     completion = assembler.result()
-    for stage in stages:
-        await stage.after(ctx, completion)
+    if assembler.complete:  # every choice ended: only then may a stage store it
+        for stage in stages:
+            await stage.after(ctx, completion)
     if ttft is not None:
         gw.metrics.ttft.labels(route.name).observe(ttft)
         usage = completion.get("usage") or {}

@@ -184,8 +184,8 @@ class CoalescingWriter:
 
     async def add(self, data: bytes) -> None:
         last = self._last
-        if last is not None and not last.done():
-            await last
+        if last is not None:
+            await last  # pending: wait for the drain; done: re-raises a failed write (the client is gone)
         self.parts.append(data)
         if len(self.parts) == 1:
             self.loop.call_soon(self._flush)

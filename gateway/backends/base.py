@@ -44,6 +44,11 @@ class BackendError(Exception):
 
     def to_gateway_error(self) -> GatewayError:
         headers = {"Retry-After": str(max(1, round(self.retry_after)))} if self.retry_after is not None else None
+        if self.status in (401, 403):
+            # The upstream refused the gateway's own credentials: not the client's key, and its message may
+            # quote part of ours.
+            return GatewayError(502, f"the upstream refused the gateway's credentials ({self.status})",
+                                "upstream_error", "upstream_auth_error")
         err = (self.body or {}).get("error") if isinstance(self.body, dict) else None
         if isinstance(err, dict) and 400 <= self.status < 500:
             return GatewayError(

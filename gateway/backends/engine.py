@@ -135,11 +135,17 @@ class EngineBackend:
             except TimeoutError:
                 raise self._fail(BackendError("timeout", "the engine did not admit the request within "
                                               f"{timeouts.first_byte}s", 504, retryable=True)) from None
+            deadline = asyncio.get_running_loop().time() + timeouts.total
             async with aclosing(generation.chunks()) as chunks:
                 try:
-                    async with asyncio.timeout(timeouts.total):
-                        async for chunk in chunks:
-                            yield chunk
+                    while True:
+                        # The deadline bounds each wait for the engine, never the caller's work between
+                        # chunks (a timeout around a yield would cancel the caller instead).
+                        async with asyncio.timeout_at(deadline):
+                            chunk = await anext(chunks, None)
+                        if chunk is None:
+                            break
+                        yield chunk
                 except GatewayError as e:
                     raise self._fail(_backend_error(e)) from None
                 except TimeoutError:

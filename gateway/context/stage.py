@@ -245,7 +245,7 @@ def _text_size(messages: list[dict], documents: list) -> int:
         if isinstance(content, str):
             size += len(content)
         elif isinstance(content, list):
-            size += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+            size += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
     return size
 
 

@@ -214,7 +214,7 @@ def test_upstream_timeout_is_504(fake_openai, serve_gateway) -> None:
     with pytest.raises(openai.APIStatusError) as e:
         client(srv).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x"}])
     assert e.value.status_code == 504
-    assert e.value.body["code"] == "upstream_timeout" or "timeout" in str(e.value.body).lower()
+    assert e.value.body["code"] == "upstream_timeout"
 
 
 def test_client_disconnect_mid_stream_closes_upstream(gw) -> None:
@@ -236,10 +236,15 @@ def test_mid_stream_upstream_error_is_reported_in_band(gw) -> None:
     fake, srv = gw
     fake.reply = "a b c d e f"
     fake.cut_after = 3
-    with pytest.raises(openai.APIError) as e:  # the SDK raises on the in-band error event
+    with pytest.raises(openai.APIError):  # the SDK raises on the in-band error event
         list(client(srv).chat.completions.create(
             model="fake-model", messages=[{"role": "user", "content": "x"}], stream=True))
-    assert "error" in str(e.value).lower() or e.value.body
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=30) as r:
+        assert r.headers["x-request-id"]
+        events = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] != "data: [DONE]"
+    assert orjson.loads(events[-1][6:])["error"]["type"] == "upstream_error"
 
 
 def test_health_ready_metrics(fake_openai, serve_gateway) -> None:
@@ -357,3 +362,41 @@ def test_upstream_429_after_retries_keeps_retry_after(fake_openai, serve_gateway
         client(srv).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x"}])
     assert e.value.response.headers["retry-after"] == "7"
     assert fake.request_count == 2
+
+
+def test_upstream_auth_failure_is_the_gateways_502_not_the_clients_401(gw) -> None:
+    fake, srv = gw
+    fake.fail_next(1, status=401, body=orjson.dumps({"error": {
+        "message": "Incorrect API key provided: sk-up****", "type": "invalid_request_error", "param": None,
+        "code": "invalid_api_key"}}))
+    with pytest.raises(openai.APIStatusError) as e:
+        client(srv).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x"}])
+    assert e.value.status_code == 502 and e.value.body["code"] == "upstream_auth_error"
+    assert "sk-up" not in str(e.value.body)
+
+
+def test_malformed_upstream_chunk_ends_the_stream_with_an_in_band_error(gw) -> None:
+    fake, srv = gw
+    fake.reply = "one two three"
+    original = fake._chat_stream
+
+    async def bad_stream(request, body, answer):
+        from aiohttp import web
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, '
+                         b'"delta": {"role": "assistant", "content": "ok"}, "finish_reason": null}]}\n\n')
+        await resp.write(b'data: {"id": "x", "object": "chat.completion.chunk", "choices": ["not an object"]}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    fake._chat_stream = bad_stream
+    try:
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], "stream": True}
+        with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=30) as r:
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert r.status_code == 200
+        assert orjson.loads(events[-1][6:])["error"]["code"] == "protocol"
+    finally:
+        fake._chat_stream = original
