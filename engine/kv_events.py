@@ -13,7 +13,3 @@ class KVEvent:
     parent_hash: int | None = None  # hash of the block before the first stored one (stored only)
     token_ids: list[int] = field(default_factory=list)  # the stored blocks' tokens, concatenated (stored only)
     block_size: int = 0
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "block_hashes": self.block_hashes, "parent_hash": self.parent_hash,
-                "token_ids": self.token_ids, "block_size": self.block_size}

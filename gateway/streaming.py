@@ -97,10 +97,6 @@ class StreamAssembler:
     def complete(self) -> bool:
         return self._finished and bool(self._choices) and all(c.finish_reason for c in self._choices.values())
 
-    @property
-    def usage(self) -> dict | None:
-        return self._usage
-
     def result(self) -> dict:
         legacy = self._meta.get("object") == "text_completion"
         choices = []

@@ -179,14 +179,7 @@ def plan(
     keep = config.conversation.keep_recent
     older = conversation.units[: max(0, len(conversation.units) - keep)]
     recent_candidates = conversation.units[len(older) :]
-    recent: list[list[dict]] = []
-    recent_tokens = 0
-    for unit in reversed(recent_candidates):
-        cost = _unit_tokens(counter, unit)
-        if recent_tokens + cost > flexible:
-            break
-        recent.insert(0, unit)
-        recent_tokens += cost
+    recent, recent_tokens = _newest_that_fit(counter, recent_candidates, flexible)
     dropped_recent = recent_candidates[: len(recent_candidates) - len(recent)]
     report.messages_dropped += sum(len(u) for u in dropped_recent)
     if dropped_recent:  # the run broke: older turns would sit before a gap, so they go too
@@ -317,7 +310,7 @@ def finish(plan: Plan, summary_text: str | None) -> Assembled:
             report.messages_summarized = sum(len(u) for u in plan.older)
             older = []
         else:
-            older = _newest_that_fit(counter, plan.older, plan.older_budget)
+            older, _ = _newest_that_fit(counter, plan.older, plan.older_budget)
             report.messages_dropped += sum(len(u) for u in plan.older[: len(plan.older) - len(older)])
     recent = plan.recent
     older_used = sum(_unit_tokens(counter, u) for u in older) + (counter.count_message(summary) if summary else 0)
@@ -359,7 +352,10 @@ def finish(plan: Plan, summary_text: str | None) -> Assembled:
     return Assembled(messages, plan.tools, report, boundaries)
 
 
-def _newest_that_fit(counter: RequestCounter, units: list[list[dict]], budget: int) -> list[list[dict]]:
+def _newest_that_fit(
+    counter: RequestCounter, units: list[list[dict]], budget: int
+) -> tuple[list[list[dict]], int]:
+    """The newest units that fit `budget`, stopping at the first that does not; and the tokens they use."""
     kept: list[list[dict]] = []
     used = 0
     for unit in reversed(units):
@@ -368,7 +364,7 @@ def _newest_that_fit(counter: RequestCounter, units: list[list[dict]], budget: i
             break
         kept.insert(0, unit)
         used += cost
-    return kept
+    return kept, used
 
 
 def _layout(

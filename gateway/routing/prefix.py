@@ -84,9 +84,6 @@ class PrefixRouter:
     def add_replica(self, name: str) -> None:
         self.replicas.setdefault(name, ReplicaState(name))
 
-    def remove_replica(self, name: str) -> None:
-        self.replicas.pop(name, None)
-
     def set_healthy(self, name: str, healthy: bool) -> None:
         """Take a replica out of (or back into) the choice; its mirror stays until a snapshot replaces it."""
         self.replicas[name].healthy = healthy
