@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
+from aiohttp.web_protocol import RequestHandler
 
 from gateway import handlers
 from gateway.appkeys import GATEWAY
 from gateway.config.schema import Policy
+from gateway.errors import GatewayError
 from gateway.gateway import Gateway
+
+log = logging.getLogger("gateway")
 
 
 def create_app(policy: Policy, *, redis_url: str | None = None, policy_path: str | Path | None = None) -> web.Application:
     """An aiohttp app serving `policy`. `redis_url` overrides policy.redis.url (the CLI passes the embedded
     server's socket to its workers); with `policy_path` the file is watched and reloaded on change and SIGHUP."""
-    app = web.Application(middlewares=[handlers.envelope_middleware], client_max_size=policy.server.max_body_bytes)
+    server = policy.server
+    app = web.Application(
+        middlewares=[handlers.envelope_middleware], client_max_size=server.max_body_bytes,
+        # Limits of the HTTP parser, per connection. aiohttp's keep-alive timer runs from the connection's start
+        # and is not reset by partial data, so it also closes connections whose headers never finish.
+        handler_args={"max_line_size": server.max_header_bytes, "max_field_size": server.max_header_bytes,
+                      "max_headers": server.max_headers, "keepalive_timeout": server.header_timeout_s},
+    )
     gateway = Gateway(policy, redis_url)
     app[GATEWAY] = gateway
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
@@ -43,3 +57,32 @@ def create_app(policy: Policy, *, redis_url: str | None = None, policy_path: str
 
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+# Requests the HTTP parser refuses (header line too long, too many headers, a malformed request line) never
+# reach the middleware: aiohttp answers them from RequestHandler.handle_error with a plain-text page and logs a
+# traceback per request. For this app they get OpenAI's envelope, a count in gateway_requests_total
+# (route "none") and one quiet log line instead: hostile clients should not be able to flood the log.
+_aiohttp_handle_error = RequestHandler.handle_error
+
+
+def _handle_error(
+    self: RequestHandler, request: Any, status: int = 500, exc: BaseException | None = None,
+    message: str | None = None,
+) -> web.StreamResponse:
+    app = getattr(getattr(self._manager, "request_handler", None), "__self__", None)
+    if not isinstance(app, web.Application) or GATEWAY not in app or status >= 500:
+        return _aiohttp_handle_error(self, request, status, exc, message)
+    if request.writer.output_size > 0:
+        raise ConnectionError("a response was already sent; cannot send the error")
+    too_long = isinstance(exc, LineTooLong) or "Too many headers" in str(exc)
+    log.info("refused a malformed HTTP request from %s: %s", request.remote, exc)
+    err = GatewayError(status, f"Bad HTTP request: {getattr(exc, 'message', None) or message or exc}",
+                       "invalid_request_error", "headers_too_large" if too_long else "bad_http_request")
+    app[GATEWAY].metrics.observe_request("none", "none", str(status), 0.0)
+    response = err.response()
+    response.force_close()
+    return response
+
+
+RequestHandler.handle_error = _handle_error  # type: ignore[method-assign]

@@ -16,3 +16,5 @@ REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 ROUTE: web.RequestKey[str] = web.RequestKey("route", str)
 BACKEND: web.RequestKey[str] = web.RequestKey("backend", str)
 STATUS: web.RequestKey[str] = web.RequestKey("status", str)
+# A response the handler already sent headers for: errors after that end it in-band, never as a new response.
+PREPARED: web.RequestKey[web.StreamResponse] = web.RequestKey("prepared", web.StreamResponse)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from contextlib import aclosing
 from typing import Any
@@ -12,11 +13,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.appkeys import BACKEND, GATEWAY, REQUEST_ID, ROUTE, STATUS
+from gateway.appkeys import BACKEND, GATEWAY, PREPARED, REQUEST_ID, ROUTE, STATUS
 from gateway.backends.base import BackendError
 from gateway.errors import GatewayError, bad_request
 from gateway.gateway import Gateway
 from gateway.pipeline import CacheControl, RequestContext
+from gateway.request_checks import check_depth, check_embeddings, check_generation
 from gateway.state import Snapshot
 from gateway.streaming import DONE_EVENT, CoalescingWriter, StreamAssembler, completion_to_chunks, sse_event
 
@@ -25,6 +27,9 @@ log = logging.getLogger("gateway")
 JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ENDPOINT_PARAMS = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
+# A client's X-Request-Id is echoed in headers, logs and JSON only if it is plain visible ASCII of sane length;
+# anything else (control bytes, non-UTF-8, spaces) is replaced by a fresh id.
+REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}\Z")
 
 
 def json_response(body: Any, headers: dict[str, str] | None = None, status: int = 200) -> web.Response:
@@ -48,6 +53,7 @@ async def read_json(request: web.Request, max_bytes: int) -> dict:
         raise bad_request(f"We could not parse the JSON body of your request: {e}.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    check_depth(raw, body)
     return body
 
 
@@ -79,6 +85,10 @@ def validate_body(body: dict, endpoint: str) -> tuple[str, bool, bool]:
         raise bad_request("'stream_options' must be an object.", "stream_options", "invalid_type")
     if options and not stream:
         raise bad_request("'stream_options' is only allowed when 'stream' is true.", "stream_options", "invalid_value")
+    if endpoint == "embeddings":
+        check_embeddings(body)
+    else:
+        check_generation(body, endpoint)
     return model, stream, bool(options and options.get("include_usage"))
 
 
@@ -134,7 +144,8 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
         return await _relay_stream(request, gw, snap, ctx, stages)
     method = "chat" if endpoint == "chat.completions" else "completions"
     completion, name = await gw.router.call(
-        route, snap.backends, lambda b: getattr(b, method)(ctx.forward_body, route.timeouts)
+        route, snap.backends, lambda b: getattr(b, method)(ctx.forward_body, route.timeouts),
+        kind=method, body=ctx.forward_body,
     )
     for stage in stages:
         await stage.after(ctx, completion)
@@ -149,6 +160,7 @@ async def _answer_from_cache(request: web.Request, gw: Gateway, ctx: RequestCont
         return json_response(hit, ctx.response_headers)
     response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
     await response.prepare(request)
+    request[PREPARED] = response
     for chunk in completion_to_chunks(hit, ctx.include_usage):
         await response.write(sse_event(chunk))
     await response.write(DONE_EVENT)
@@ -163,7 +175,8 @@ async def _relay_stream(
     body = upstream_body(ctx)
     method = "chat_stream" if ctx.endpoint == "chat.completions" else "completions_stream"
     first, stream, name = await gw.router.open_stream(
-        route, snap.backends, lambda b: getattr(b, method)(body, route.timeouts)
+        route, snap.backends, lambda b: getattr(b, method)(body, route.timeouts),
+        kind="chat" if ctx.endpoint == "chat.completions" else "completion", body=body,
     )
     ctx.response_headers["X-Backend"] = request[BACKEND] = name
     assembler = StreamAssembler()
@@ -172,6 +185,7 @@ async def _relay_stream(
         async with aclosing(stream):  # closing the iterator closes the upstream request at once
             response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
             await response.prepare(request)
+            request[PREPARED] = response
             out = CoalescingWriter(response)
             chunk: dict | None = first
             try:
@@ -182,11 +196,11 @@ async def _relay_stream(
                     if ctx.include_usage or chunk.get("choices") or not chunk.get("usage"):
                         await out.add(sse_event(chunk))
                     chunk = await anext(stream, None)
-            except (BackendError, AttributeError, TypeError) as e:
-                # Headers are gone: report in-band the way OpenAI does, and end without [DONE]. (Attribute and
-                # type errors come from an upstream chunk of the wrong shape.)
-                err = e.to_gateway_error() if isinstance(e, BackendError) else GatewayError(
-                    502, f"the upstream sent a malformed stream chunk: {e}", "upstream_error", "protocol")
+            except BackendError as e:
+                # Headers are gone: report in-band the way OpenAI does, and end without [DONE]. Chunks of the
+                # wrong shape are BackendErrors already (checked at the backend edge); anything else raised
+                # here is the gateway's own bug and goes to the middleware, which also ends the stream in-band.
+                err = e.to_gateway_error()
                 request[STATUS] = str(err.status)
                 await out.close(sse_event(err.body()))
                 await response.write_eof()
@@ -267,31 +281,51 @@ async def admin_cache_stats(request: web.Request) -> web.Response:
 @web.middleware
 async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Request id on everything; every error as OpenAI's envelope; request count and latency per route."""
-    request_id = request.headers.get("X-Request-Id", "")[:128] or os.urandom(16).hex()
+    given = request.headers.get("X-Request-Id")
+    request_id = given if given and REQUEST_ID_OK.match(given) else os.urandom(16).hex()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     try:
         response = await handler(request)
-    except GatewayError as e:
-        response = e.response()
-    except BackendError as e:
-        response = e.to_gateway_error().response()
+    except (asyncio.CancelledError, ConnectionResetError):
+        _observe(request, "499", started)  # the client went away
+        raise
     except web.HTTPException as e:
         if e.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(e.status)
-        response = GatewayError(e.status, e.text if e.status == 413 and e.text else e.reason,
-                                "invalid_request_error", code).response()
-    except (asyncio.CancelledError, ConnectionResetError):
-        _observe(request, "499", started)  # the client went away
-        raise
-    except Exception:
-        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
-        response = GatewayError(500, "The gateway hit an internal error.", "server_error", "internal_error").response()
+        response = await _error_response(request, GatewayError(
+            e.status, e.text if e.status == 413 and e.text else e.reason, "invalid_request_error", code))
+    except Exception as e:
+        response = await _error_response(request, _gateway_error(e, request))
     if not response.prepared:
         response.headers["X-Request-Id"] = request_id
     _observe(request, request.get(STATUS) or str(response.status), started)
     return response
+
+
+def _gateway_error(e: Exception, request: web.Request) -> GatewayError:
+    if isinstance(e, GatewayError):
+        return e
+    if isinstance(e, BackendError):
+        return e.to_gateway_error()
+    log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request[REQUEST_ID])
+    return GatewayError(500, "The gateway hit an internal error.", "server_error", "internal_error")
+
+
+async def _error_response(request: web.Request, err: GatewayError) -> web.StreamResponse:
+    """The error as a fresh response, or, when headers already went out, as a last SSE event on the open one
+    (a second status line inside a chunked body would garble the stream for every client)."""
+    prepared = request.get(PREPARED)
+    if prepared is None:
+        return err.response()
+    request[STATUS] = str(err.status)
+    try:
+        await prepared.write(sse_event(err.body()))
+        await prepared.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass  # the client is gone or the body already ended: nothing more can be said
+    return prepared
 
 
 def _observe(request: web.Request, status: str, started: float) -> None:

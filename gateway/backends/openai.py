@@ -12,6 +12,7 @@ from contextlib import aclosing
 import orjson
 
 from gateway.backends.base import BackendError, Timeouts
+from gateway.backends.checks import chunk_problem, completion_problem, embeddings_problem
 from gateway.backends.sse import SSEEvent
 from gateway.backends.upstream import HTTPUpstream
 from gateway.config.schema import BackendConfig
@@ -54,13 +55,22 @@ class OpenAIBackend:
         return orjson.dumps(out)
 
     async def chat(self, body: dict, timeouts: Timeouts) -> dict:
-        return await self.http.request_json("POST", "/chat/completions", self._payload(body, False), timeouts)
+        answer = await self.http.request_json("POST", "/chat/completions", self._payload(body, False), timeouts)
+        return self._checked(answer, completion_problem(answer))
 
     async def completions(self, body: dict, timeouts: Timeouts) -> dict:
-        return await self.http.request_json("POST", "/completions", self._payload(body, False), timeouts)
+        answer = await self.http.request_json("POST", "/completions", self._payload(body, False), timeouts)
+        return self._checked(answer, completion_problem(answer))
 
     async def embeddings(self, body: dict, timeouts: Timeouts) -> dict:
-        return await self.http.request_json("POST", "/embeddings", self._payload(body, False), timeouts)
+        answer = await self.http.request_json("POST", "/embeddings", self._payload(body, False), timeouts)
+        return self._checked(answer, embeddings_problem(answer))
+
+    def _checked(self, answer: dict, problem: str | None) -> dict:
+        if problem is not None:
+            raise self.http.fail(BackendError("protocol", f"upstream {self.name} sent a malformed answer: "
+                                              f"{problem}", 502))
+        return answer
 
     def chat_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
         return self._stream("/chat/completions", body, timeouts)
@@ -87,6 +97,10 @@ class OpenAIBackend:
                 err = chunk.get("error")
                 if err is not None:
                     raise self.http.fail(_stream_error(err, yielded))
+                problem = chunk_problem(chunk)
+                if problem is not None:
+                    raise self.http.fail(BackendError("protocol", f"upstream {self.name} sent a malformed stream "
+                                                      f"chunk: {problem}", 502, retryable=not yielded))
                 yielded = True
                 yield chunk
 

@@ -23,7 +23,7 @@ from gateway.config.yamltree import expand_vars, join, read_tree
 TOP_KEYS = ("redis", "server", "tenants", "backends", "routes")
 REDIS_KEYS = ("url", "timeout_ms")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
-SERVER_KEYS = ("data_dir", "max_body_bytes", "admin_keys")
+SERVER_KEYS = ("data_dir", "max_body_bytes", "admin_keys", "max_header_bytes", "max_headers", "header_timeout_s")
 TENANT_KEYS = ("name", "api_keys", "limits")
 LIMIT_KEYS = ("rpm", "tpm")
 BACKEND_TYPES = ("openai", "anthropic", "engine")
@@ -127,6 +127,11 @@ def _server(raw: Any, check: Checker, base_dir: Path | None) -> ServerConfig:
     max_body = check.get_int(m, "max_body_bytes", "server", cfg.max_body_bytes, minimum=1)
     cfg.max_body_bytes = max_body or cfg.max_body_bytes
     cfg.admin_keys = check.get_str_list(m, "admin_keys", "server", drop_empty=True)
+    cfg.max_header_bytes = check.get_int(m, "max_header_bytes", "server", cfg.max_header_bytes, minimum=256) \
+        or cfg.max_header_bytes
+    cfg.max_headers = check.get_int(m, "max_headers", "server", cfg.max_headers, minimum=8) or cfg.max_headers
+    cfg.header_timeout_s = check.get_number(m, "header_timeout_s", "server", cfg.header_timeout_s, minimum=0,
+                                            exclusive=True) or cfg.header_timeout_s
     return cfg
 
 

@@ -33,6 +33,9 @@ class ServerConfig:
     data_dir: Path = Path("~/.local/share/llm-gateway").expanduser()
     max_body_bytes: int = 10 * 1024 * 1024
     admin_keys: list[str] = field(default_factory=list)
+    max_header_bytes: int = 8190  # one request line or header line; longer ones get a 400 envelope
+    max_headers: int = 64  # header lines per request: with max_header_bytes it bounds the total header size
+    header_timeout_s: float = 15.0  # a connection idle this long, or still sending its headers, is closed
 
 
 @dataclass(slots=True)

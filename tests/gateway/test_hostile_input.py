@@ -1,0 +1,260 @@
+"""Hostile input and broken upstreams: every one gets a 4xx (or 502) envelope, never a 500 or a garbled stream."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import openai
+import orjson
+import pytest
+from aiohttp import web
+
+from gateway.request_checks import MAX_JSON_DEPTH
+from tests.fakes.openai_server import sse
+from tests.helpers import ServerThread
+
+CHAT = "/v1/chat/completions"
+
+
+def policy(upstream: str, server: str = "") -> str:
+    return f"""
+backends:
+  up: {{type: openai, base_url: "{upstream}/v1"}}
+routes:
+  - match: {{model: cached}}
+    backends: [up]
+    cache: {{exact: {{ttl: 600, store: always}}, semantic: false}}
+  - match: {{model: budgeted}}
+    backends: [up]
+    budget: {{context_window: 4096, max_output_tokens: 256}}
+  - match: {{model: "fake-*"}}
+    backends: [up]
+{server}
+"""
+
+
+@pytest.fixture
+def gw(fake_openai, serve_gateway):
+    fake, up = fake_openai
+    return fake, serve_gateway(policy(up.url))
+
+
+def nested(depth: int) -> object:
+    value: object = "x"
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def assert_envelope(r: httpx.Response, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == code, err
+    return err
+
+
+@pytest.mark.parametrize("depth", [300, 900])
+def test_deep_json_is_a_400_with_the_documented_depth(gw, depth: int) -> None:
+    fake, srv = gw
+    chat = {"model": "cached", "messages": [{"role": "user", "content": "x"}], "metadata_x": nested(depth)}
+    emb = {"model": "fake-model", "input": "x", "extra": nested(depth)}
+    for path, body in ((CHAT, chat), ("/v1/embeddings", emb)):
+        raw = orjson.dumps(body) if depth < 250 else _dumps_deep(body)
+        err = assert_envelope(httpx.post(srv.url + path, content=raw, headers={"Content-Type": "application/json"}),
+                              400, "json_too_deep")
+        assert str(MAX_JSON_DEPTH) in err["message"]
+    assert fake.request_count == 0
+    # Just inside the limit is served (an object and a list wrap the value: depth + 2).
+    ok = {"model": "cached", "messages": [{"role": "user", "content": "x"}], "metadata_x": nested(MAX_JSON_DEPTH - 2)}
+    assert httpx.post(srv.url + CHAT, json=ok).status_code == 200
+
+
+def _dumps_deep(body: dict) -> bytes:
+    """orjson refuses to write more than 255 levels, which is why the gateway must refuse to read them."""
+    extra_key = next(k for k in body if k not in ("model", "messages", "input"))
+    depth = 0
+    value = body[extra_key]
+    while isinstance(value, list):
+        depth += 1
+        value = value[0]
+    rest = {k: v for k, v in body.items() if k != extra_key}
+    head = orjson.dumps(rest)[:-1]
+    return head + b',"' + extra_key.encode() + b'":' + b"[" * depth + b'"x"' + b"]" * depth + b"}"
+
+
+def test_text_part_with_non_string_text_is_a_400(gw) -> None:
+    fake, srv = gw
+    for model in ("budgeted", "fake-model"):
+        body = {"model": model, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
+        err = assert_envelope(httpx.post(srv.url + CHAT, json=body), 400, "invalid_type")
+        assert err["param"] == "messages[0].content[0].text"
+    assert fake.request_count == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "code"),
+    [
+        ({"tools": {"type": "function"}}, "tools", "invalid_type"),
+        ({"tools": [{"type": "function", "function": {"name": 3}}]}, "tools[0].function", "invalid_type"),
+        ({"stop": 7}, "stop", "invalid_type"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "invalid_value"),
+        ({"n": "2"}, "n", "invalid_type"),
+        ({"n": 0}, "n", "invalid_value"),
+        ({"max_tokens": 2.5}, "max_tokens", "invalid_type"),
+        ({"max_tokens": True}, "max_tokens", "invalid_type"),
+        ({"temperature": "hot"}, "temperature", "invalid_type"),
+        ({"temperature": 3}, "temperature", "invalid_value"),
+        ({"top_p": -0.1}, "top_p", "invalid_value"),
+        ({"response_format": "json"}, "response_format", "invalid_type"),
+        ({"messages": [{"role": "user", "content": 12}]}, "messages[0].content", "invalid_type"),
+    ],
+)
+def test_mistyped_openai_parameters_are_400_and_never_forwarded(gw, extra: dict, param: str, code: str) -> None:
+    fake, srv = gw
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], **extra}
+    err = assert_envelope(httpx.post(srv.url + CHAT, json=body), 400, code)
+    assert err["param"] == param
+    assert fake.request_count == 0
+    with pytest.raises(openai.BadRequestError):  # the SDK sees a typed error too
+        openai.OpenAI(base_url=srv.url + "/v1", api_key="k", max_retries=0).completions.create(
+            model="fake-model", prompt="x", max_tokens=-1)
+
+
+def test_embeddings_input_types(gw) -> None:
+    _, srv = gw
+    assert_envelope(httpx.post(srv.url + "/v1/embeddings", json={"model": "fake-model", "input": [1, "a"]}), 400,
+                    "invalid_type")
+    assert httpx.post(srv.url + "/v1/embeddings", json={"model": "fake-model", "input": [[1, 2], [3]]}).status_code \
+        == 200
+
+
+def raw_http(url: str, request: bytes, timeout: float = 10.0) -> bytes:
+    """Send raw bytes (anything httpx would refuse to send) and read until the server closes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(request)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def chat_request(body: dict, headers: bytes = b"") -> bytes:
+    raw = orjson.dumps(body)
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            + headers + b"Content-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_hostile_request_ids_are_replaced_and_cache_hits_stay_well_formed(gw, stream: bool) -> None:
+    _, srv = gw
+    body = {"model": "cached", "messages": [{"role": "user", "content": "hit me"}], "temperature": 0}
+    assert httpx.post(srv.url + CHAT, json=body).status_code == 200  # stored
+    body["stream"] = stream
+    for bad in (b"\xff\xfe\xfa-not-utf8", b"a b\tc", b"x" * 300):
+        out = raw_http(srv.url, chat_request(body, b"X-Request-Id: " + bad + b"\r\n"))
+        assert out.count(b"HTTP/1.1 ") == 1, out[:400]
+        head, _, payload = out.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"X-Cache: HIT-EXACT" in head
+        rid = next(line for line in head.split(b"\r\n") if line.lower().startswith(b"x-request-id:"))
+        assert bad not in rid and len(rid.split(b": ")[1]) == 32
+        assert (b"data: [DONE]" in payload) if stream else (b'"choices"' in payload)
+    ok = httpx.post(srv.url + CHAT, json=body, headers={"X-Request-Id": "trace-123.abc"})
+    assert ok.headers["x-request-id"] == "trace-123.abc"
+
+
+async def _bad_usage(request: web.Request) -> web.StreamResponse:
+    """An upstream whose usage counts are strings."""
+    body = await request.json()
+    if body.get("stream"):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(sse({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                              "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"},
+                                           "finish_reason": "stop"}]}))
+        await resp.write(sse({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                              "choices": [], "usage": {"prompt_tokens": "3", "completion_tokens": "1"}}))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+    return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                           "finish_reason": "stop"}],
+                              "usage": {"prompt_tokens": "3", "completion_tokens": "1", "total_tokens": "4"}})
+
+
+def test_upstream_usage_with_string_counts_is_a_protocol_502_and_nothing_is_stored(serve_gateway) -> None:
+    def make() -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", _bad_usage)
+        return app
+
+    with ServerThread(make) as up:
+        srv = serve_gateway(policy(up.url))
+        body = {"model": "cached", "messages": [{"role": "user", "content": "usage?"}], "temperature": 0}
+        for _ in range(2):  # the second is not a cache hit: the malformed answer was never stored
+            err = assert_envelope(httpx.post(srv.url + CHAT, json=body), 502, "protocol")
+            assert "usage" in err["message"]
+        with httpx.stream("POST", srv.url + CHAT, json={**body, "stream": True}, timeout=30) as r:
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert r.status_code == 200 and orjson.loads(events[-1][6:])["error"]["code"] == "protocol"
+        metrics = httpx.get(srv.url + "/metrics").text
+        assert 'gateway_upstream_errors_total{backend="up",reason="protocol"} 3.0' in metrics
+
+
+def test_a_bug_after_the_headers_ends_the_stream_in_band(gw, monkeypatch) -> None:
+    """An exception from the gateway's own code mid-stream is an internal error, reported in-band on the
+    stream that is already open (one status line), and not counted as an upstream fault."""
+    from gateway import handlers
+
+    _, srv = gw
+
+    class Broken(handlers.StreamAssembler):
+        def add(self, chunk: dict) -> None:
+            if self.chunks == 2:
+                raise KeyError("our own bug")
+            super().add(chunk)
+
+    monkeypatch.setattr(handlers, "StreamAssembler", Broken)
+    out = raw_http(srv.url, chat_request({"model": "fake-model", "stream": True,
+                                          "messages": [{"role": "user", "content": "a b c d"}]}))
+    assert out.count(b"HTTP/1.1 ") == 1
+    events = [line for line in out.split(b"\n") if line.startswith(b"data: ")]
+    assert orjson.loads(events[-1][6:])["error"]["code"] == "internal_error"
+    assert 'reason="protocol"} 1' not in httpx.get(srv.url + "/metrics").text
+
+
+def test_over_long_and_too_many_headers_get_the_envelope(gw) -> None:
+    _, srv = gw
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}
+    for extra in (b"X-Big: " + b"a" * 20000 + b"\r\n", b"".join(b"X-H%d: v\r\n" % i for i in range(200))):
+        out = raw_http(srv.url, chat_request(body, extra))
+        head, _, payload = out.partition(b"\r\n\r\n")
+        assert head.split(b" ")[1] == b"400", head  # the parser gave up, so aiohttp answers as HTTP/1.0
+        assert b"application/json" in head
+        assert orjson.loads(payload)["error"]["code"] == "headers_too_large"
+    assert 'route="none",status="400"' in httpx.get(srv.url + "/metrics").text
+
+
+def test_connections_whose_headers_never_finish_are_closed(fake_openai, serve_gateway, tmp_path) -> None:
+    _, up = fake_openai
+    srv = serve_gateway(policy(up.url, f"server: {{data_dir: '{tmp_path}', header_timeout_s: 0.3}}"))
+    host, port = srv.url.removeprefix("http://").split(":")
+    socks = [socket.create_connection((host, int(port)), timeout=20) for _ in range(20)]
+    try:
+        for s in socks:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        closed = 0
+        for s in socks:
+            try:
+                closed += s.recv(1024) == b""  # closed by the server, with no response
+            except TimeoutError:
+                pass
+        assert closed == len(socks)
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(0)  # the gateway still serves
+    assert httpx.post(srv.url + CHAT, json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]},
+                      timeout=10).status_code == 200
