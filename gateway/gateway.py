@@ -164,6 +164,10 @@ class Gateway:
             if all(status.get(n) for n in names):
                 detail = "; ".join(f"{n}: {status[n]}" for n in names)
                 reasons.append(f"route {route.name}: no backend reachable ({detail})")
+        for stage in self.stages:  # e.g. the semantic cache while its model loads
+            stage_readiness = getattr(stage, "readiness", None)
+            if stage_readiness is not None:
+                reasons.extend(stage_readiness())
         return reasons
 
     def cache_admin(self) -> Any:

@@ -174,6 +174,10 @@ class IndexSet:
     def __len__(self) -> int:
         return len(self._entry_scope)
 
+    def __contains__(self, entry_id: object) -> bool:
+        """Read from the event loop too (backfill): a dict membership test, atomic under the GIL."""
+        return entry_id in self._entry_scope
+
     def has_entries(self, scope: str) -> bool:
         index = self.scopes.get(scope)
         return index is not None and len(index) > 0

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from gateway.cache.config import SemanticConfig
+    from gateway.cache.judge import Judge
     from gateway.cache.worker import SemanticWorker
     from gateway.redis_guard import RedisGuard
 
@@ -38,15 +39,17 @@ LOAD_CHUNK = 512
 FOLLOW_BLOCK_MS = 500  # below the client's 1 s socket timeout
 SWEEP_EVERY_S = 30.0
 MAX_FETCHES = 2  # candidates read from Redis per lookup before giving up
+MAX_JUDGE_CALLS = 1  # live judge calls per lookup (cached verdicts are free): bounds a miss's extra latency
 
 
 @dataclass(slots=True)
 class Outcome:
-    result: str  # hit | miss | rejected | unavailable | error
+    result: str  # hit | miss | rejected | unavailable | error | timeout | overflow
     vector: np.ndarray | None = None  # the query's embedding, reused by the store after a miss
     completion: dict | None = None
     similarity: float | None = None
     reason: str | None = None  # the verifier's reason when it turned a candidate down
+    judged: bool = False  # the hit was confirmed by the judge
 
 
 def entry_id(scope: str, text: str) -> str:
@@ -115,18 +118,29 @@ class SemanticCache:
     # ---- lookup -------------------------------------------------------------------------------------------
 
     async def lookup(self, ns: str, query: SemanticQuery, threshold: float, verify: bool,
-                     max_age: float | None) -> Outcome:
+                     max_age: float | None, *, deadline_s: float | None = None, judge: Judge | None = None,
+                     judge_threshold: float | None = None) -> Outcome:
+        """Candidates at or above `threshold` that the verifier accepts are served. With a judge, candidates
+        from `judge_threshold` up to `threshold` that the verifier accepts are asked to the judge."""
         if not self.worker.ready:
             return Outcome("unavailable")
         if not self.worker.indexes.has_entries(query.scope):
             return Outcome("miss")  # nothing to compare with: skip the embedding, the store computes it
-        vector, candidates = await self.worker.lookup(query.text, query.scope)
+        try:
+            async with asyncio.timeout(deadline_s):
+                vector, candidates = await self.worker.lookup(query.text, query.scope)
+        except TimeoutError:
+            return Outcome("timeout")
+        if vector is None:
+            return Outcome("overflow")
+        floor = min(threshold, judge_threshold) if judge is not None and judge_threshold is not None else threshold
         now = time.time()
         t0 = time.perf_counter()
-        accepted: list[tuple[EntryMeta, float]] = []
+        direct: list[tuple[EntryMeta, float]] = []
+        band: list[tuple[EntryMeta, float]] = []
         rejected: str | None = None
         for meta, score in candidates:
-            if score < threshold:
+            if score < floor:
                 break  # FAISS returns candidates best first
             if not meta.live(now) or (max_age is not None and now - meta.stored_at > max_age):
                 continue
@@ -135,11 +149,33 @@ class SemanticCache:
                 if not verdict.ok:
                     rejected = rejected or verdict.reason
                     continue
-            accepted.append((meta, score))
+            (direct if score >= threshold else band).append((meta, score))
         timings = self.worker.timings
         timings.verify_s += time.perf_counter() - t0
         timings.verified += 1
-        for meta, score in accepted[:MAX_FETCHES]:
+        hit = await self._first_stored(ns, direct[:MAX_FETCHES])
+        if hit is not None:
+            return Outcome("hit", vector, hit[2], hit[1])
+        if judge is not None and band:
+            live_calls = 0
+            for meta, score in band:
+                if live_calls >= MAX_JUDGE_CALLS:
+                    break
+                said = await judge.same_answer(meta.text, query.text, ns=ns, scope=query.scope)
+                live_calls += not said.cached
+                if not said.same:
+                    rejected = rejected or "judge"
+                    continue
+                hit = await self._first_stored(ns, [(meta, score)])
+                if hit is not None:
+                    return Outcome("hit", vector, hit[2], hit[1], judged=True)
+        return Outcome("rejected" if rejected else "miss", vector, reason=rejected)
+
+    async def _first_stored(self, ns: str, accepted: list[tuple[EntryMeta, float]],
+                            ) -> tuple[EntryMeta, float, dict] | None:
+        """The first accepted candidate whose completion is still in Redis (recording the use for the LRU)."""
+        timings = self.worker.timings
+        for meta, score in accepted:
             key = ks.semantic_entry(ns, meta.entry_id)
             t1 = time.perf_counter()
             raw = await self._fetch(key)
@@ -149,8 +185,13 @@ class SemanticCache:
                 self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
                 continue
             self._touch(ns, meta)
-            return Outcome("hit", vector, orjson.loads(raw), score)
-        return Outcome("rejected" if rejected else "miss", vector, reason=rejected)
+            return meta, score, orjson.loads(raw)
+        return None
+
+    async def has_entry(self, ns: str, eid: str) -> bool:
+        """Whether Redis holds the entry (the local index may not have seen its event yet)."""
+        key = ks.semantic_entry(ns, eid)
+        return bool(await self._store_guard.call(lambda: self._redis.exists(key)))
 
     async def _fetch(self, key: str) -> bytes | None:
         """Read a hit's completion. Lookups answered by one embedding batch resume together; their reads are
@@ -211,16 +252,25 @@ class SemanticCache:
     # ---- store --------------------------------------------------------------------------------------------
 
     async def store(self, tenant: str, model: str, ns: str, query: SemanticQuery, completion: dict,
-                    config: SemanticConfig, vector: np.ndarray | None) -> None:
-        """Embed (unless the lookup already did), write to Redis, announce on the stream, index locally."""
+                    config: SemanticConfig, vector: np.ndarray | None, stored_at: float | None = None) -> str:
+        """Embed (unless the lookup already did), write to Redis, announce on the stream, index locally.
+
+        `stored_at` is when the answer was produced (a backfill from an older exact entry): the TTL and
+        max-age count from then. Returns "stored", "overflow" (the text does not fit the embedding window) or
+        "expired" (a backfilled answer already older than the semantic TTL)."""
         if vector is None:
             vector = await self.worker.embed(query.text)
+            if vector is None:
+                return "overflow"
         now = time.time()
-        expires_at = now + config.ttl
+        born = now if stored_at is None else min(stored_at, now)
+        expires_at = born + config.ttl
+        if expires_at <= now:
+            return "expired"
         eid = entry_id(query.scope, query.text)
-        meta = EntryMeta(eid, ns, query.scope, query.text, now, expires_at)
+        meta = EntryMeta(eid, ns, query.scope, query.text, born, expires_at)
         v64 = base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes())
-        meta_doc = orjson.dumps({"scope": query.scope, "text": query.text, "at": now, "exp": expires_at})
+        meta_doc = orjson.dumps({"scope": query.scope, "text": query.text, "at": born, "exp": expires_at})
         key, lru = ks.semantic_entry(ns, eid), ks.semantic_lru(ns, query.scope)
 
         async def write() -> list:
@@ -229,7 +279,7 @@ class SemanticCache:
             pipe.pexpireat(key, int(expires_at * 1000))
             pipe.zadd(ks.semantic_index(ns), {eid: expires_at})
             pipe.zremrangebyscore(ks.semantic_index(ns), "-inf", now)
-            pipe.zadd(lru, {eid: now})
+            pipe.zadd(lru, {eid: now})  # a backfill is a use: it comes from an exact hit
             pipe.sadd(ks.semantic_scopes(ns), query.scope)
             pipe.sadd(ks.NAMESPACES, namespace_member(tenant, model, ns))
             pipe.xadd(ks.EVENTS, {"op": "add", "ns": ns, "id": eid, "m": meta_doc, "v": v64},
@@ -242,6 +292,7 @@ class SemanticCache:
         excess = int(results[-1]) - config.max_entries
         if excess > 0:
             await self._evict(ns, query.scope, excess)
+        return "stored"
 
     async def _evict(self, ns: str, scope: str, count: int) -> None:
         """Drop the scope's least recently used entries everywhere (Redis, then every process by event)."""

@@ -5,6 +5,11 @@ its own id) and `created` (now). `usage` stays what the original call cost, whic
 
 Every Redis call on the request path goes through a RedisGuard; when Redis is slow or down, or the embedding
 model is not loaded, lookups are misses and stores are skipped: the request is always answered by the backend.
+
+The embedding model loads at start-up when any route uses L2, and `/ready` stays 503 until it is loaded, the
+shared entries are indexed and the answers that arrived meanwhile are stored. An exact hit whose semantic entry is
+missing writes it back from the exact entry (backfill). A last message that does not fit the embedding window is
+exact-only (window.py); every semantic lookup has a deadline.
 """
 
 from __future__ import annotations
@@ -22,15 +27,18 @@ from redis.exceptions import RedisError
 
 from gateway.cache import keyspace as ks
 from gateway.cache.embedder import DIM, shared_embedder
-from gateway.cache.exact import ExactCache
+from gateway.cache.exact import ExactCache, Stored
+from gateway.cache.judge import Judge, JudgeMetrics, VerdictCache
 from gateway.cache.keys import SemanticQuery, exact_key, is_deterministic, namespace_id, semantic_query
-from gateway.cache.semantic import SemanticCache
+from gateway.cache.semantic import SemanticCache, entry_id
+from gateway.cache.window import MAX_CHARS, last_message_chars
 from gateway.cache.worker import SemanticWorker
 from gateway.errors import GatewayError, bad_request
 from gateway.redis_guard import RedisGuard, RedisUnavailable
 
 if TYPE_CHECKING:
-    from gateway.cache.config import CacheConfig, StoreMode
+    from gateway.cache.config import CacheConfig, JudgeConfig, StoreMode
+    from gateway.config.schema import Policy
     from gateway.pipeline import RequestContext, Resources
 
 log = logging.getLogger("gateway.cache")
@@ -38,25 +46,41 @@ CACHEABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
 THRESHOLD_HEADER = "X-Cache-Threshold"  # a request may raise the route's semantic threshold, never lower it
 SLOW_PATH_FACTOR = 10  # stores and semantic reads: off the path of exact hits, more room than exact lookups
 NOTE = "cache"
+LOOKUP_RESULTS = {
+    "exact": ("hit", "miss", "stale", "bypass", "error"),
+    "semantic": ("hit", "miss", "stale", "rejected", "bypass", "error", "unavailable", "timeout", "overflow"),
+}
+STORE_RESULTS = {
+    "exact": ("stored", "error"),
+    "semantic": ("stored", "backfilled", "overflow", "expired", "error", "unavailable", "dropped"),
+    "any": ("not_storable",),
+}
+MAX_BACKLOG = 1024  # answers waiting for the model to load before they are stored; more are dropped (counted)
+MODEL_WAIT_S = 300.0  # how long such an answer waits at most
+MAX_UNEMBEDDABLE = 10_000  # entry ids known not to fit the window, so their exact hits do not retry a backfill
 
 
 class _Pending:
     """What a lookup learned that the store after the response reuses (keys, the query's embedding)."""
 
-    __slots__ = ("config", "ns", "digest", "query", "vector")
+    __slots__ = ("config", "ns", "digest", "query", "vector", "overflow")
 
-    def __init__(self, config: CacheConfig, ns: str, digest: str | None, query: SemanticQuery | None) -> None:
+    def __init__(self, config: CacheConfig, ns: str, digest: str | None, query: SemanticQuery | None,
+                 overflow: bool) -> None:
         self.config = config
         self.ns = ns
         self.digest = digest
         self.query = query
         self.vector: Any = None
+        self.overflow = overflow  # the last message does not fit the embedding window: exact-only
 
 
 class CacheStage:
     def __init__(self, resources: Resources, worker: SemanticWorker | None = None) -> None:
         self.metrics = resources.metrics
         self._redis = resources.redis
+        self._get_policy = resources.get_policy
+        self._backends = resources.backends
         timeout_s = resources.get_policy().redis.timeout_ms / 1000
         self.lookup_guard = RedisGuard(self.metrics, "cache", timeout_s)
         self.store_guard = RedisGuard(self.metrics, "cache_store", timeout_s * SLOW_PATH_FACTOR)
@@ -79,10 +103,37 @@ class CacheStage:
         self._batch = Histogram("gateway_cache_embed_batch_size", "Texts per embedding call",
                                 buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.worker.on_batch = self._batch.observe
+        for layer, results in LOOKUP_RESULTS.items():  # every label set exists at 0 before its first event
+            for result in results:
+                self.metrics.cache_lookups.labels(layer, result)
+        for layer, results in STORE_RESULTS.items():
+            for result in results:
+                self._stores.labels(layer, result)
+        self._judge_metrics = JudgeMetrics(r)
+        self._verdicts = VerdictCache(self._redis, self.semantic_guard)
+        self._judges: dict[tuple, Judge] = {}
+        self._backlog = 0  # answers waiting for the model (they hold /ready at 503 until stored)
+        self._backfilling: set[str] = set()
+        self._unembeddable: dict[str, None] = {}
 
     def start(self, policy_uses_semantic: bool) -> None:
         if policy_uses_semantic:
             self.semantic.start()
+
+    def readiness(self) -> list[str]:
+        """Why L2 cannot serve yet (empty when it can, or when no route uses it); /ready lists these."""
+        if not uses_semantic(self._get_policy()):
+            return []
+        self.start(True)  # a reload that turned L2 on loads the model now, not at the first request
+        if self.worker.loading:
+            return ["semantic cache model loading"]
+        if not self.worker.ready:
+            return [f"semantic cache model failed to load: {self.worker.load_error}"]
+        if not self.semantic.synced.is_set():
+            return ["semantic cache loading its entries from Redis"]
+        if self._backlog:
+            return [f"semantic cache storing {self._backlog} answers that arrived while the model loaded"]
+        return []
 
     # ---- Stage protocol -----------------------------------------------------------------------------------
 
@@ -91,14 +142,19 @@ class CacheStage:
         if config is None or ctx.endpoint not in CACHEABLE_ENDPOINTS:
             ctx.response_headers["X-Cache"] = "BYPASS"
             return None
-        threshold = self._threshold(ctx, config)
+        threshold, floor = self._threshold(ctx, config)
         tenant = ctx.tenant.name
         ns = namespace_id(tenant, ctx.model)
         digest = (exact_key(tenant, ctx.route.index, ctx.route.model, config.version, ctx.endpoint, ctx.body)
                   if config.exact else None)
-        query = (semantic_query(tenant, ctx.route.index, ctx.route.model, config.version, ctx.body)
-                 if config.semantic and ctx.endpoint == "chat.completions" else None)
-        pending = ctx.notes[NOTE] = _Pending(config, ns, digest, query)
+        query: SemanticQuery | None = None
+        overflow = False
+        if config.semantic and ctx.endpoint == "chat.completions":
+            # Measured before normalising: a multi-megabyte message is never normalised, tokenized or embedded.
+            overflow = last_message_chars(ctx.body) > MAX_CHARS
+            if not overflow:
+                query = semantic_query(tenant, ctx.route.index, ctx.route.model, config.version, ctx.body)
+        pending = ctx.notes[NOTE] = _Pending(config, ns, digest, query, overflow)
         if ctx.cache_control.no_cache:
             ctx.response_headers["X-Cache"] = "BYPASS"
             self._count("exact" if digest else "semantic", "bypass")
@@ -109,12 +165,16 @@ class CacheStage:
             hit = await self._exact_lookup(ns, digest, max_age)
             if hit is not None:
                 ctx.response_headers["X-Cache"] = "HIT-EXACT"
-                return self._replay(ctx, hit)
-        if query is not None and config.semantic is not None:
+                if query is not None:
+                    self._backfill(ctx, pending, hit)
+                return self._replay(ctx, hit.completion)
+        if overflow:
+            self._count("semantic", "overflow")
+        elif query is not None and config.semantic is not None:
             self.semantic.start()
-            hit = await self._semantic_lookup(ctx, pending, query, threshold, max_age)
-            if hit is not None:
-                return self._replay(ctx, hit)
+            hit_completion = await self._semantic_lookup(ctx, pending, query, threshold, floor, max_age)
+            if hit_completion is not None:
+                return self._replay(ctx, hit_completion)
         return None
 
     async def after(self, ctx: RequestContext, completion: dict) -> None:
@@ -134,7 +194,9 @@ class CacheStage:
                 except RedisUnavailable:
                     self._stores.labels("exact", "error").inc()
             semantic = config.semantic
-            if pending.query is not None and semantic is not None and _allowed(semantic.store, ctx):
+            if pending.overflow and semantic is not None:
+                self._stores.labels("semantic", "overflow").inc()
+            elif pending.query is not None and semantic is not None and _allowed(semantic.store, ctx):
                 # Embedding takes milliseconds: store in the background so the response is not held up.
                 self.semantic.spawn(self._semantic_store(tenant, ctx.model, pending, completion))
         except Exception:  # after() must never fail a request that already succeeded
@@ -197,7 +259,7 @@ class CacheStage:
 
     # ---- internals ----------------------------------------------------------------------------------------
 
-    async def _exact_lookup(self, ns: str, digest: str, max_age: float | None) -> dict | None:
+    async def _exact_lookup(self, ns: str, digest: str, max_age: float | None) -> Stored | None:
         t0 = time.perf_counter()
         try:
             stored = await self.exact.get(ns, digest)
@@ -211,15 +273,18 @@ class CacheStage:
             self._observe("exact", "stale", t0)
             return None
         self._observe("exact", "hit", t0)
-        return stored.completion
+        return stored
 
     async def _semantic_lookup(self, ctx: RequestContext, pending: _Pending, query: SemanticQuery,
-                               threshold: float, max_age: float | None) -> dict | None:
+                               threshold: float, floor: float, max_age: float | None) -> dict | None:
         semantic = pending.config.semantic
         assert semantic is not None
+        judge = self._judge(semantic.judge, semantic.ttl) if semantic.judge is not None else None
         t0 = time.perf_counter()
         try:
-            outcome = await self.semantic.lookup(pending.ns, query, threshold, semantic.verify, max_age)
+            outcome = await self.semantic.lookup(
+                pending.ns, query, threshold, semantic.verify, max_age, deadline_s=semantic.lookup_timeout_ms / 1000,
+                judge=judge, judge_threshold=max(semantic.judge.threshold, floor) if semantic.judge else None)
         except RedisUnavailable:
             self._observe("semantic", "error", t0)
             return None
@@ -228,7 +293,8 @@ class CacheStage:
             self._observe("semantic", "error", t0)
             return None
         pending.vector = outcome.vector
-        if outcome.reason:
+        pending.overflow = outcome.result == "overflow"
+        if outcome.reason and outcome.reason != "judge":
             self._rejections.labels(outcome.reason).inc()
         self._observe("semantic", outcome.result, t0)
         if outcome.result != "hit" or outcome.completion is None:
@@ -237,21 +303,82 @@ class CacheStage:
         ctx.response_headers["X-Cache-Similarity"] = f"{outcome.similarity:.4f}"
         return outcome.completion
 
+    def _judge(self, config: JudgeConfig, ttl_s: float) -> Judge:
+        """One Judge per (judge settings, backend type, TTL); the backend itself is looked up per call."""
+        backend_config = self._get_policy().backends.get(config.backend)
+        kind = backend_config.type if backend_config is not None else None
+        key = (config, kind, ttl_s)
+        judge = self._judges.get(key)
+        if judge is None:
+            judge = self._judges[key] = Judge(
+                config, lambda: self._backends.get(config.backend), logprobs=kind != "anthropic",
+                metrics=self._judge_metrics, verdicts=self._verdicts, verdict_ttl_s=ttl_s)
+        return judge
+
     async def _semantic_store(self, tenant: str, model: str, pending: _Pending, completion: dict) -> None:
         assert pending.query is not None and pending.config.semantic is not None
-        try:
-            if not await self.worker.wait_ready_or_load():
-                self._stores.labels("semantic", "unavailable").inc()
+        queued = not self.worker.ready
+        if queued:
+            if self._backlog >= MAX_BACKLOG:
+                self._stores.labels("semantic", "dropped").inc()
+                log.warning("semantic cache: %d answers already wait for the model; one more dropped", MAX_BACKLOG)
                 return
+            self._backlog += 1
+        try:
+            if queued:
+                try:
+                    loaded = await asyncio.wait_for(self.worker.wait_ready_or_load(), MODEL_WAIT_S)
+                except TimeoutError:
+                    loaded = False
+                if not loaded:
+                    self._stores.labels("semantic", "unavailable").inc()
+                    return
             self.semantic.start()
-            await self.semantic.store(tenant, model, pending.ns, pending.query, completion,
-                                      pending.config.semantic, pending.vector)
-            self._stores.labels("semantic", "stored").inc()
+            result = await self.semantic.store(tenant, model, pending.ns, pending.query, completion,
+                                               pending.config.semantic, pending.vector)
+            self._stores.labels("semantic", result).inc()
         except RedisUnavailable:
             self._stores.labels("semantic", "error").inc()
         except Exception:
             self._stores.labels("semantic", "error").inc()
             log.exception("semantic store failed")
+        finally:
+            if queued:
+                self._backlog -= 1
+
+    def _backfill(self, ctx: RequestContext, pending: _Pending, stored: Stored) -> None:
+        """An exact hit whose semantic entry is missing (stored while L2 was off or loading, or the L2 data was
+        lost): write the entry from the exact one, in the background."""
+        semantic, query = pending.config.semantic, pending.query
+        if semantic is None or query is None or ctx.cache_control.no_store or not _allowed(semantic.store, ctx):
+            return
+        if not self.worker.ready or not self.semantic.synced.is_set():
+            return  # the local index is not complete yet, so a missing entry proves nothing
+        eid = entry_id(query.scope, query.text)
+        if eid in self.worker.indexes or eid in self._backfilling or eid in self._unembeddable:
+            return
+        self._backfilling.add(eid)
+        self.semantic.spawn(self._backfill_entry(ctx.tenant.name, ctx.model, pending, stored, eid))
+
+    async def _backfill_entry(self, tenant: str, model: str, pending: _Pending, stored: Stored, eid: str) -> None:
+        assert pending.query is not None and pending.config.semantic is not None
+        try:
+            if await self.semantic.has_entry(pending.ns, eid):
+                return  # stored by another process; its event has not reached this one yet
+            result = await self.semantic.store(tenant, model, pending.ns, pending.query, stored.completion,
+                                               pending.config.semantic, None, stored_at=stored.stored_at)
+            self._stores.labels("semantic", "backfilled" if result == "stored" else result).inc()
+            if result == "overflow":
+                self._unembeddable[eid] = None
+                if len(self._unembeddable) > MAX_UNEMBEDDABLE:
+                    del self._unembeddable[next(iter(self._unembeddable))]
+        except RedisUnavailable:
+            self._stores.labels("semantic", "error").inc()
+        except Exception:
+            self._stores.labels("semantic", "error").inc()
+            log.exception("semantic backfill failed")
+        finally:
+            self._backfilling.discard(eid)
 
     def _replay(self, ctx: RequestContext, completion: dict) -> dict:
         usage = completion.get("usage") or {}
@@ -260,11 +387,13 @@ class CacheStage:
             self.metrics.tokens.labels("saved_by_cache").inc(saved)
         return {**completion, "id": f"chatcmpl-{ctx.request_id}", "created": int(time.time())}
 
-    def _threshold(self, ctx: RequestContext, config: CacheConfig) -> float:
+    def _threshold(self, ctx: RequestContext, config: CacheConfig) -> tuple[float, float]:
+        """(threshold, floor): the route's threshold raised by the header, and the header's value (0 without
+        it), under which not even the judge may serve a candidate."""
         base = config.semantic.threshold if config.semantic else 1.0
         raw = ctx.headers.get(THRESHOLD_HEADER)
         if raw is None:
-            return base
+            return base, 0.0
         try:
             value = float(raw)
         except ValueError:
@@ -272,7 +401,7 @@ class CacheStage:
         if not 0.0 <= value <= 1.0:
             raise bad_request(f"{THRESHOLD_HEADER} must be a number between 0 and 1, got {raw!r}.",
                               code="invalid_cache_threshold")
-        return max(base, value)
+        return max(base, value), value
 
     def _observe(self, layer: str, result: str, t0: float) -> None:
         self._count(layer, result)
@@ -312,6 +441,10 @@ def _unavailable(e: BaseException) -> GatewayError:
     return GatewayError(503, f"The cache store (Redis) is unavailable: {e}", "server_error", "cache_unavailable")
 
 
+def uses_semantic(policy: Policy) -> bool:
+    return any(r.cache is not None and r.cache.semantic is not None for r in policy.routes)
+
+
 async def create_stage(resources: Resources) -> CacheStage:
     stage = CacheStage(resources)
     try:  # open a pooled connection now, so the first lookup's few-ms budget is not spent connecting
@@ -319,5 +452,5 @@ async def create_stage(resources: Resources) -> CacheStage:
     except (TimeoutError, RedisError, OSError) as e:
         log.warning("cache: Redis not reachable at start (%s); lookups fail open until it is", e)
     policy = resources.get_policy()
-    stage.start(any(r.cache is not None and r.cache.semantic is not None for r in policy.routes))
+    stage.start(uses_semantic(policy))  # load the model now, not at the first semantic request
     return stage

@@ -3,6 +3,10 @@
 Lookups are queued; while the thread encodes one batch, new lookups gather, and the next batch takes them all
 in one encode call (micro-batching: at C=64 one forward pass serves many requests). Index inserts and removals
 go through the same thread, so FAISS is never touched concurrently and the event loop never blocks.
+
+A text that does not fit the embedding window (window.py) is not embedded: its job answers with no vector, and
+the cache treats the request as exact-only. A lookup whose caller gave up (its deadline passed) is dropped from
+the queue before it costs an encode.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from gateway.cache.index import EntryMeta, IndexSet
+from gateway.cache.window import TokenWindow, minilm_window
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.cache")
@@ -64,12 +69,15 @@ class _Job:
 
 
 Candidates = list[tuple[EntryMeta, float]]
+WARM_UP_TEXT = "How do I warm up the embedding model?"  # the first forward pass is several times slower
 
 
 class SemanticWorker:
     def __init__(self, encoder_factory: Callable[[], Encoder], dim: int, batching: bool = True,
-                 max_batch: int = 64) -> None:
+                 max_batch: int = 64, window_factory: Callable[[], TokenWindow] = minilm_window) -> None:
         self._factory = encoder_factory
+        self._window_factory = window_factory
+        self._window: TokenWindow | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="semantic-cache")
         self._encoder: Encoder | None = None
         self._load_error: BaseException | None = None
@@ -87,15 +95,32 @@ class SemanticWorker:
     def ready(self) -> bool:
         return self._encoder is not None
 
+    @property
+    def loading(self) -> bool:
+        return not self._loaded.is_set()
+
+    @property
+    def load_error(self) -> BaseException | None:
+        return self._load_error
+
     async def load(self) -> None:
         """Load the model on the worker thread (seconds of CPU) without holding up the event loop."""
         try:
-            self._encoder = await self.run(self._factory)
+            self._encoder = await self.run(self._load)
         except Exception as e:  # the semantic layer stays off; L1 and the backend still serve
             self._load_error = e
             log.exception("semantic cache: embedding model failed to load; L2 disabled")
         finally:
             self._loaded.set()
+
+    def _load(self) -> Encoder:
+        encoder = self._factory()
+        self._window = self._window_factory()
+        try:  # so that the first lookup after /ready says 200 is as fast as the rest
+            encoder.encode([WARM_UP_TEXT])
+        except Exception as e:  # a per-call failure: every lookup will count it; loading itself succeeded
+            log.warning("semantic cache: warm-up encode failed: %s", e)
+        return encoder
 
     async def wait_ready_or_load(self) -> bool:
         """Start loading the model if nobody has yet; wait until it is loaded (True) or failed (False)."""
@@ -117,15 +142,23 @@ class SemanticWorker:
         """Run fn on the worker thread (index mutations, bulk loads)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def lookup(self, text: str, scope: str, k: int = 4) -> tuple[np.ndarray, Candidates]:
-        """Embed `text` and search `scope`; returns the vector (for a later store) and the top-k candidates."""
+    async def lookup(self, text: str, scope: str, k: int = 4) -> tuple[np.ndarray | None, Candidates]:
+        """Embed `text` and search `scope`; returns the vector (for a later store) and the top-k candidates.
+        The vector is None when the text does not fit the embedding window."""
         return await self._submit(text, scope, k)
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str) -> np.ndarray | None:
+        """The text's vector, or None when it does not fit the embedding window."""
         vector, _ = await self._submit(text, None, 0)
         return vector
 
-    async def _submit(self, text: str, scope: str | None, k: int) -> tuple[np.ndarray, Candidates]:
+    def fits(self, texts: list[str]) -> list[bool]:
+        """On the worker thread: which texts fit the embedding window."""
+        if self._window is None:
+            raise RuntimeError("embedding model not loaded")
+        return self._window.fits(texts)
+
+    async def _submit(self, text: str, scope: str | None, k: int) -> tuple[np.ndarray | None, Candidates]:
         if self._encoder is None:
             raise RuntimeError("embedding model not loaded")
         job = _Job(text, scope, k, asyncio.get_running_loop().create_future())
@@ -139,7 +172,11 @@ class SemanticWorker:
 
     async def _drain(self) -> None:
         while self._pending:
+            # Lookups whose deadline passed while they queued were cancelled by their caller: skip them.
+            self._pending = [job for job in self._pending if not job.future.done()]
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+            if not batch:
+                break
             try:
                 results = await self.run(self._run_batch, batch)
             except Exception as e:  # fail every waiter of this batch open; the next batch tries again
@@ -151,20 +188,28 @@ class SemanticWorker:
                 if not job.future.done():
                     job.future.set_result(result)
 
-    def _run_batch(self, jobs: list[_Job]) -> list[tuple[np.ndarray, Candidates]]:
+    def _run_batch(self, jobs: list[_Job]) -> list[tuple[np.ndarray | None, Candidates]]:
         assert self._encoder is not None
         t0 = time.perf_counter()
-        vectors = self._encoder.encode([j.text for j in jobs])
+        fit = self.fits([j.text for j in jobs])
+        rows = [i for i, ok in enumerate(fit) if ok]
+        vectors: list[np.ndarray | None] = [None] * len(jobs)
+        if rows:
+            encoded = self._encoder.encode([jobs[i].text for i in rows])
+            for i, vector in zip(rows, encoded, strict=True):
+                vectors[i] = vector
         t1 = time.perf_counter()
         by_scope: dict[str, list[int]] = {}
-        for i, job in enumerate(jobs):
+        for i in rows:
+            job = jobs[i]
             if job.scope is not None and self.indexes.has_entries(job.scope):
                 by_scope.setdefault(job.scope, []).append(i)
         candidates: list[Candidates] = [[] for _ in jobs]
-        for scope, rows in by_scope.items():
-            k = max(jobs[i].k for i in rows)
-            found = self.indexes.scopes[scope].search(np.ascontiguousarray(vectors[rows]), k)
-            for i, hits in zip(rows, found, strict=True):
+        for scope, scope_rows in by_scope.items():
+            k = max(jobs[i].k for i in scope_rows)
+            queries = np.ascontiguousarray(np.stack([vectors[i] for i in scope_rows]))  # type: ignore[misc]
+            found = self.indexes.scopes[scope].search(queries, k)
+            for i, hits in zip(scope_rows, found, strict=True):
                 candidates[i] = hits
         t2 = time.perf_counter()
         tm = self.timings

@@ -73,6 +73,9 @@ def _route(
     summarizer = getattr(getattr(route.context, "conversation", None), "summarizer", None)
     if summarizer is not None and summarizer not in declared:
         check.error(join(path, "compression.conversation.summarizer"), _unknown_backend(summarizer, declared))
+    judge = getattr(getattr(route.cache, "semantic", None), "judge", None)
+    if judge is not None and judge.backend not in declared:
+        check.error(join(path, "cache.semantic.judge.backend"), _unknown_backend(judge.backend, declared))
     return route if model is not None and route_backends else None
 
 
