@@ -22,6 +22,7 @@ from engine.metrics import EngineMetrics
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
+    from engine.guided import GuidedSpec
     from engine.llm_engine import EngineStats, LLMEngine, RequestOutput
     from engine.sampling_params import SamplingParams
     from engine.tokenizer import Tokenizer
@@ -177,6 +178,10 @@ class AsyncEngine:
     @property
     def block_size(self) -> int:
         return int(self.engine.config.block_size)
+
+    def compile_grammar(self, spec: GuidedSpec) -> object:
+        """Compile (or find in the LRU) a constrained-output grammar; any thread. ValueError if unsupported."""
+        return self.engine.grammar_runtime().compile(spec)
 
     def stats(self) -> EngineStats:
         """The stats as of the loop's last step or command (never blocks)."""

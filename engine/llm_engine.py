@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import threading
 
 import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig, resolve_model_path
 from engine.detokenizer import IncrementalDetokenizer
+from engine.guided import GrammarRuntime
 from engine.kv_events import KVEvent
 from engine.loader import read_model_config
 from engine.model_runner import ModelRunner
@@ -17,6 +20,8 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 
 class LLMEngine:
@@ -42,6 +47,17 @@ class LLMEngine:
         self.aborted: list[Sequence] = []
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self._grammar: GrammarRuntime | None = None
+        self._grammar_lock = threading.Lock()
+
+    def grammar_runtime(self) -> GrammarRuntime:
+        """The constrained-decoding runtime, built on first use (about 2 s: the vocabulary for xgrammar);
+        thread-safe, so servers compile grammars in executor threads ahead of `add_request`."""
+        with self._grammar_lock:
+            if self._grammar is None:
+                self._grammar = GrammarRuntime(self.tokenizer, self.model_config.vocab_size)
+                self.runner.grammar = self._grammar
+            return self._grammar
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Queue a request; ValueError when it can never run (too long, bad params, bigger than the cache)."""
@@ -72,10 +88,16 @@ class LLMEngine:
                 f"has {self.block_manager.num_blocks}; shorten the prompt or max_tokens"
             )
         max_len = min(self.max_model_len, capacity)
+        grammar = None
+        if params.guided is not None:
+            runtime = self.grammar_runtime()
+            grammar = runtime, runtime.compile(params.guided)  # UnsupportedGrammarError is a ValueError
         seqs = []
         for index in range(params.n):
             detok = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop)
             seq = Sequence(request_id, index, prompt_token_ids, params, self.config.block_size, max_len, detok)
+            if grammar is not None:
+                seq.matcher = grammar[0].matcher(grammar[1])
             seq.leader = seqs[0] if seqs else None
             seqs.append(seq)
             self.scheduler.add(seq)
@@ -119,10 +141,25 @@ class LLMEngine:
                 logprob["token"] = self.tokenizer.decode([token], skip_special_tokens=False)
                 seq.logprobs.append(logprob)
             reason = seq.check_stop(token, self.tokenizer.eos_token_ids)
+            if seq.matcher is not None:
+                reason = self._advance_grammar(seq, token, reason)
             if reason is not None:
                 self.scheduler.finish(seq, reason)
             outputs.append(self._output(seq, seq.output_token_ids[seq.num_emitted_tokens:]))
         return outputs
+
+    def _advance_grammar(self, seq: Sequence, token: int, reason: str | None) -> str | None:
+        """Feed the sampled token to the sequence's matcher; a finished grammar ends the sequence."""
+        if reason is not None and token in self.tokenizer.eos_token_ids:
+            return reason
+        if not seq.matcher.accept_token(token):
+            # The mask only lets grammar tokens through, so this means a matcher bug: end it rather than
+            # let the output leave the grammar.
+            log.warning("grammar rejected sampled token %d of request %s", token, seq.request_id)
+            return reason or "stop"
+        if reason is None and seq.matcher.is_terminated():
+            return "stop"
+        return reason
 
     def _output(self, seq: Sequence, new_tokens: list[int]) -> RequestOutput:
         seq.num_emitted_tokens = seq.num_output_tokens

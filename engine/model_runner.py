@@ -6,6 +6,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.cuda_graph import DecodeGraphs, use_cuda_graphs
+from engine.guided import GrammarRuntime, StepMasks
 from engine.layers.attention import (
     AttentionMetadata,
     FlashPagedAttention,
@@ -74,6 +75,8 @@ class ModelRunner:
         self.model.bind_kv_cache(list(self.k_cache.unbind(0)), list(self.v_cache.unbind(0)))
         self.max_blocks_per_seq = -(-max_model_len // config.block_size)
         self.graphs: DecodeGraphs | None = None
+        self.grammar: GrammarRuntime | None = None  # set by the engine on the first constrained request
+        self._masks: StepMasks | None = None
         if use_cuda_graphs(self.device.type, config.enforce_eager):
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks_per_seq, self.scratch_block,
                                        config.block_size, self.device)
@@ -100,6 +103,9 @@ class ModelRunner:
             offset += n
             if start + n == seq.num_tokens:
                 sample_rows.append(offset - 1)
+        sampled = [s for s, n in zip(batch.seqs, batch.num_tokens, strict=True) if s.num_computed_tokens + n == s.num_tokens]
+        # Grammar masks depend only on tokens already accepted: fill them while the forward pass runs.
+        masking = self._start_masks(sampled)
         if self.graphs is not None and not prefills and self.graphs.can_run(len(decode_tables)):
             hidden = self.graphs.run(input_ids, positions, slots, decode_tables, decode_lens)
         else:
@@ -109,9 +115,18 @@ class ModelRunner:
             hidden = self.model(ids, pos, meta)
         if not sample_rows:
             return None
-        sampled = [s for s, n in zip(batch.seqs, batch.num_tokens, strict=True) if s.num_computed_tokens + n == s.num_tokens]
         logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(sample_rows, device=self.device)))
+        if masking:
+            assert self._masks is not None
+            self._masks.apply(logits)
         return sample(logits, [s.params for s in sampled], [s.generator for s in sampled])
+
+    def _start_masks(self, sampled: list) -> bool:
+        if self.grammar is None or not any(s.matcher is not None for s in sampled):
+            return False
+        if self._masks is None:
+            self._masks = StepMasks(self.grammar, self.config.max_num_seqs)
+        return self._masks.start([s.matcher for s in sampled])
 
     def _padded_tables(self, tables: list[list[int]], lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max((-(-n // self.block_size) for n in lens), default=0)

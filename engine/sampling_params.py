@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.guided import GuidedSpec
+
 
 @dataclass
 class SamplingParams:
@@ -18,6 +20,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top alternatives per token (0 = only the chosen token)
     n: int = 1
+    guided: GuidedSpec | None = None  # constrained decoding: the output must match this grammar
 
     def validate(self) -> None:
         """Raise ValueError with a message fit for a 400 response."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -45,6 +46,9 @@ class Sequence:
         self.logprobs: list[dict] = []  # entries not yet handed out
         self.num_emitted_tokens = 0  # output tokens already reported in a RequestOutput
         self.leader: Sequence | None = None  # choice 0 of the same request, when this is choice 1..n-1
+        # xgrammar GrammarMatcher when the output is constrained: it has accepted exactly the output tokens,
+        # so preemption by recompute (which keeps the tokens) leaves it valid.
+        self.matcher: Any = None
 
     @property
     def num_tokens(self) -> int:

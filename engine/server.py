@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
+from engine.errors import EngineRequestError, bad_request, error_body
 from engine.serving import Generation, OpenAIServing
-from gateway.errors import GatewayError, bad_request, error_body
 
 if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
@@ -43,8 +43,8 @@ def _json(data: object, status: int = 200) -> web.Response:
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except GatewayError as e:
-        return e.response()
+    except EngineRequestError as e:
+        return _json(e.body(), e.status)
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -99,7 +99,7 @@ async def _respond_stream(request: web.Request, generation: Generation) -> web.S
         try:
             async for chunk in chunks:
                 await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-        except GatewayError as e:  # the engine failed mid-stream: say so in-band, then end the stream
+        except EngineRequestError as e:  # the engine failed mid-stream: say so in-band, then end the stream
             await resp.write(b"data: " + orjson.dumps(e.body()) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

@@ -1,8 +1,8 @@
 """OpenAI chat/completions on top of an AsyncEngine: validate, tokenize off the loop, run, assemble.
 
 Used by the engine's HTTP server and by the gateway's in-process engine backend. Errors are
-`GatewayError`s (OpenAI envelope + status): 400 for bad input, including what only the engine can judge
-(its ValueError from add_request), 404 for another model, 503 when the engine stopped.
+`EngineRequestError`s (OpenAI envelope + status): 400 for bad input, including what only the engine can
+judge (its ValueError from add_request), 404 for another model, 503 when the engine stopped.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from engine.async_engine import EngineStepError, EngineStoppedError, RequestStream
+from engine.errors import EngineRequestError, bad_request
 from engine.serving_output import ResponseBuilder
 from engine.serving_params import PreparedRequest, prepare_chat, prepare_completion
-from gateway.errors import GatewayError, bad_request
 
 if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
@@ -97,10 +97,10 @@ class Generation:
             await stream.aclose()
 
 
-def _engine_failure(e: Exception) -> GatewayError:
+def _engine_failure(e: Exception) -> EngineRequestError:
     if isinstance(e, EngineStoppedError):
-        return GatewayError(503, str(e), "server_error", "engine_stopped")
-    return GatewayError(500, str(e), "server_error", "engine_error")
+        return EngineRequestError(503, str(e), "server_error", "engine_stopped")
+    return EngineRequestError(500, str(e), "server_error", "engine_error")
 
 
 class OpenAIServing:
@@ -115,7 +115,8 @@ class OpenAIServing:
         prepare = prepare_chat if kind == "chat" else prepare_completion
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            None, prepare, body, self.engine.tokenizer, self.engine.max_model_len, self.served_model
+            None, prepare, body, self.engine.tokenizer, self.engine.max_model_len, self.served_model,
+            self.engine.compile_grammar,
         )
 
     async def open(self, prepared: PreparedRequest) -> Generation:

@@ -1,15 +1,25 @@
-"""Engine RequestOutputs -> OpenAI response dicts and stream chunks (chat and completions)."""
+"""Engine RequestOutputs -> OpenAI response dicts and stream chunks (chat and completions).
+
+Forced tool calls (`PreparedRequest.tool_call`) come back as `tool_calls`: a named function's output is
+its arguments, streamed as argument deltas behind a first delta with the call's id and name; `required`
+output ({"name", "arguments"} or an array of them) is read when the choice ends, then sent as one delta.
+A grammar-complete call finishes with "tool_calls"; one cut by max_tokens keeps "length" (a named call's
+arguments are then the partial JSON text; a `required` one that cannot be read comes back as content).
+"""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 if TYPE_CHECKING:
     from engine.llm_engine import RequestOutput
-    from engine.serving_params import PreparedRequest
+    from engine.serving_params import PreparedRequest, ToolCallMode
     from engine.tokenizer import Tokenizer
 
 
@@ -20,6 +30,29 @@ class _Choice:
     finish_reason: str | None = None
     output_tokens: int = 0
     text_len: int = 0  # characters streamed so far (completions' text_offset)
+    call_id: str = ""  # a named tool call's id, once its first delta went out
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def parse_tool_calls(mode: ToolCallMode, text: str) -> list[dict] | None:
+    """The OpenAI tool_calls in a forced call's output, or None when it is not a complete call."""
+    if mode.kind == "named":
+        return [_call(mode.name or "", text)]
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    items = parsed if isinstance(parsed, list) else [parsed]
+    if not items or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in items):
+        return None
+    return [_call(c["name"], orjson.dumps(c.get("arguments", {})).decode()) for c in items]
+
+
+def _call(name: str, arguments: str, call_id: str = "") -> dict:
+    return {"id": call_id or new_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def normalise_logprobs(entries: Iterable[Any] | None, token_ids: list[int]) -> list[dict]:
@@ -41,6 +74,10 @@ def normalise_logprobs(entries: Iterable[Any] | None, token_ids: list[int]) -> l
             lp = dict(ranked).get(tid, float("-inf"))
             out.append({"token_id": tid, "logprob": lp, "top": ranked})
     return out
+
+
+def _tool_finish(finish: str | None) -> str | None:
+    return "tool_calls" if finish == "stop" else finish
 
 
 class ResponseBuilder:
@@ -82,9 +119,38 @@ class ResponseBuilder:
         finish = out.finish_reason if out.finished else None
         if finish is not None:
             choice.finish_reason = finish
+        if self.prepared.tool_call is not None:
+            return self._tool_chunk(index, choice, text, logprobs, finish)
         if not text and not logprobs and finish is None:
             return None
         return self._chunk(index, text, logprobs, finish, offset)
+
+    def _tool_chunk(self, index: int, choice: _Choice, text: str, logprobs: list[dict],
+                    finish: str | None) -> dict | None:
+        mode = self.prepared.tool_call
+        assert mode is not None
+        lp = {"content": self._chat_logprobs(logprobs)} if self.prepared.logprobs else None
+        if mode.kind == "named":
+            if not text and finish is None and not logprobs:
+                return None
+            call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+            if not choice.call_id:  # the first delta of the call names it
+                choice.call_id = new_call_id()
+                call = {"index": 0, "id": choice.call_id, "type": "function",
+                        "function": {"name": mode.name, "arguments": text}}
+            delta = {"tool_calls": [call]} if text or call.get("id") else {}
+            return self._envelope([{"index": index, "delta": delta, "logprobs": lp,
+                                    "finish_reason": _tool_finish(finish)}])
+        if finish is None:  # `required`: the call's name is only known once the JSON is whole
+            return self._envelope([{"index": index, "delta": {}, "logprobs": lp, "finish_reason": None}]) \
+                if logprobs else None
+        full = "".join(choice.text)
+        calls = parse_tool_calls(mode, full)
+        if calls is None:
+            return self._envelope([{"index": index, "delta": {"content": full}, "logprobs": lp,
+                                    "finish_reason": finish}])
+        delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}
+        return self._envelope([{"index": index, "delta": delta, "logprobs": lp, "finish_reason": _tool_finish(finish)}])
 
     # --- stream chunks ----------------------------------------------------------------------------------
 
@@ -99,7 +165,8 @@ class ResponseBuilder:
         """Chat streams open each choice with the assistant role."""
         if self.prepared.kind != "chat":
             return []
-        return [self._envelope([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+        content = None if self.prepared.tool_call is not None else ""
+        return [self._envelope([{"index": i, "delta": {"role": "assistant", "content": content}, "logprobs": None,
                                  "finish_reason": None}]) for i in self.choices]
 
     def _chunk(self, index: int, text: str, logprobs: list[dict], finish: str | None, offset: int) -> dict:
@@ -130,8 +197,13 @@ class ResponseBuilder:
             text = "".join(c.text)
             if self.prepared.kind == "chat":
                 lp = {"content": self._chat_logprobs(c.logprobs)} if self.prepared.logprobs else None
-                choices.append({"index": index, "message": {"role": "assistant", "content": text},
-                                "logprobs": lp, "finish_reason": c.finish_reason})
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                finish = c.finish_reason
+                calls = parse_tool_calls(self.prepared.tool_call, text) if self.prepared.tool_call else None
+                if calls is not None:
+                    message = {"role": "assistant", "content": None, "tool_calls": calls}
+                    finish = _tool_finish(finish)
+                choices.append({"index": index, "message": message, "logprobs": lp, "finish_reason": finish})
             else:
                 echo = self.prepared.echo_texts[index // self.n] if self.prepared.echo_texts else ""
                 lp = self._completion_logprobs(c.logprobs, len(echo)) if self.prepared.logprobs else None

@@ -2,16 +2,22 @@
 
 Shared by the engine's HTTP server and the gateway's in-process engine backend, so both accept and
 refuse exactly the same things. Accepts OpenAI's fields and vLLM's extensions (top_k, min_p,
-ignore_eos, stop_token_ids); fields that would change the output but that the engine does not
-implement (penalties, logit_bias, structured output) are refused rather than silently ignored.
+ignore_eos, stop_token_ids, guided_json / guided_regex / guided_choice); fields that would change the
+output but that the engine does not implement (penalties, logit_bias) are refused rather than
+silently ignored. Structured output and forced tool calls become a `GuidedSpec` (engine/guided.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import GatewayError, bad_request
+import orjson
+
+from engine.chat_template import ChatTemplateError
+from engine.errors import EngineRequestError, bad_request
+from engine.guided import GuidedSpec
 
 if TYPE_CHECKING:
     from engine.sampling_params import SamplingParams
@@ -35,6 +41,20 @@ class PreparedRequest:
     include_usage: bool
     logprobs: bool
     echo_texts: list[str] | None = None  # completions with echo: the prompt texts to prepend
+    tool_call: ToolCallMode | None = None  # forced tool calls: the output is parsed into tool_calls
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallMode:
+    """`named`: the output is that function's arguments; `required`: a {"name", "arguments"} object, or with
+    `parallel` a non-empty array of them."""
+
+    kind: str  # "named" | "required"
+    name: str | None
+    parallel: bool
+
+
+GrammarCheck = Callable[[GuidedSpec], object]  # compiles a spec (cached); raises ValueError when unsupported
 
 
 def _is_int(v: Any) -> bool:
@@ -110,10 +130,127 @@ def _refuse_unsupported(body: dict) -> None:
                           "unsupported_parameter")
     if body.get("logit_bias"):
         raise bad_request("'logit_bias' is not supported by this engine", "logit_bias", "unsupported_parameter")
+
+
+def _schema(value: Any, param: str) -> dict | bool:
+    if isinstance(value, str):  # vLLM's guided_json also takes the schema as JSON text
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            raise bad_request(f"'{param}' is not valid JSON: {e}", param, "invalid_value") from e
+    if not isinstance(value, dict | bool):
+        raise bad_request(f"'{param}' must be a JSON schema object", param, "invalid_type")
+    return value
+
+
+def _response_format(body: dict) -> GuidedSpec | None:
     rf = body.get("response_format")
-    if rf is not None and (not isinstance(rf, dict) or rf.get("type") not in (None, "text")):
-        raise bad_request("only response_format {'type': 'text'} is supported by this engine", "response_format",
-                          "unsupported_parameter")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict):
+        raise bad_request("'response_format' must be an object", "response_format", "invalid_type")
+    kind = rf.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return GuidedSpec("json_object")
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec and "name" not in spec:
+            raise bad_request("response_format json_schema needs a 'json_schema' object with a 'schema'",
+                              "response_format.json_schema", "invalid_value")
+        schema = _schema(spec.get("schema", {"type": "object"}), "response_format.json_schema.schema")
+        return GuidedSpec.json_schema(schema, strict=spec.get("strict") is True)
+    raise bad_request(f"response_format type {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'",
+                      "response_format.type", "unsupported_parameter")
+
+
+def _vllm_guided(body: dict) -> tuple[GuidedSpec, str] | None:
+    """vLLM's extension fields; at most one of them."""
+    given = [k for k in ("guided_json", "guided_regex", "guided_choice", "guided_grammar") if body.get(k) is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise bad_request(f"only one of {given} may be given", given[1], "invalid_value")
+    key = given[0]
+    value = body[key]
+    if key == "guided_json":
+        return GuidedSpec.json_schema(_schema(value, key), strict=False), key
+    if key == "guided_regex":
+        if not isinstance(value, str) or not value:
+            raise bad_request("'guided_regex' must be a non-empty string", key, "invalid_type")
+        return GuidedSpec("regex", value), key
+    if key == "guided_choice":
+        if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+            raise bad_request("'guided_choice' must be a non-empty list of non-empty strings", key, "invalid_type")
+        return GuidedSpec.choice(value), key
+    raise bad_request("'guided_grammar' is not supported by this engine; use guided_json, guided_regex or "
+                      "guided_choice", key, "unsupported_parameter")
+
+
+def _tools(body: dict) -> list[dict] | None:
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise bad_request("'tools' must be a list", "tools", "invalid_type")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict):
+            raise bad_request("each tool must be {'type': 'function', 'function': {...}}", f"tools[{i}]",
+                              "invalid_value")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad_request("each function needs a 'name'", f"tools[{i}].function.name", "invalid_value")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise bad_request("a function's 'parameters' must be a JSON schema object",
+                              f"tools[{i}].function.parameters", "invalid_type")
+    return tools
+
+
+NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}  # OpenAI: omitted = none
+
+
+def _call_schema(fn: dict) -> dict:
+    return {"type": "object", "properties": {"name": {"const": fn["name"]},
+                                             "arguments": fn.get("parameters") or NO_PARAMETERS},
+            "required": ["name", "arguments"], "additionalProperties": False}
+
+
+def _tool_choice(body: dict, tools: list[dict] | None) -> tuple[GuidedSpec, ToolCallMode] | None:
+    """`required` / a named function: the grammar of the call(s) and how to read the output back."""
+    choice = body.get("tool_choice")
+    if choice is None or choice in ("auto", "none"):
+        return None
+    parallel = _bool(body, "parallel_tool_calls", True)
+    if choice == "required":
+        if not tools:
+            raise bad_request("tool_choice 'required' needs 'tools'", "tool_choice", "invalid_value")
+        fns = [t["function"] for t in tools]
+        one = _call_schema(fns[0]) if len(fns) == 1 else {"anyOf": [_call_schema(f) for f in fns]}
+        schema = {"type": "array", "items": one, "minItems": 1} if parallel else one
+        return (GuidedSpec.json_schema(schema, strict=all(f.get("strict") is True for f in fns)),
+                ToolCallMode("required", None, parallel))
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        fn = next((t["function"] for t in tools or () if t["function"]["name"] == name), None)
+        if fn is None:
+            raise bad_request(f"tool_choice names function {name!r}, which is not in 'tools'", "tool_choice",
+                              "invalid_value")
+        return (GuidedSpec.json_schema(fn.get("parameters") or NO_PARAMETERS, strict=fn.get("strict") is True),
+                ToolCallMode("named", name, False))
+    raise bad_request("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': "
+                      "{'name': ...}}", "tool_choice", "invalid_value")
+
+
+def _check_grammar(spec: GuidedSpec, param: str, check: GrammarCheck | None) -> None:
+    if check is None:
+        return
+    try:
+        check(spec)
+    except ValueError as e:
+        raise bad_request(f"'{param}' cannot be used for constrained decoding: {e}", param,
+                          "unsupported_parameter") from e
 
 
 def check_model(body: dict, served: str) -> str:
@@ -121,12 +258,37 @@ def check_model(body: dict, served: str) -> str:
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a string", "model", "invalid_type")
     if model != served:
-        raise GatewayError(404, f"The model '{model}' does not exist; this engine serves '{served}'",
+        raise EngineRequestError(404, f"The model '{model}' does not exist; this engine serves '{served}'",
                            "invalid_request_error", "model_not_found", "model")
     return model
 
 
-def sampling_params(body: dict, kind: str, vocab_size: int) -> tuple[SamplingParams, bool]:
+def _guided(body: dict, kind: str, tools: list[dict] | None,
+            check: GrammarCheck | None) -> tuple[GuidedSpec | None, ToolCallMode | None]:
+    """The one grammar the output must follow (response_format, a forced tool call or vLLM's guided_*)."""
+    sources: list[tuple[GuidedSpec, str, ToolCallMode | None]] = []
+    vllm = _vllm_guided(body)
+    if vllm is not None:
+        sources.append((vllm[0], vllm[1], None))
+    if kind == "chat":
+        rf = _response_format(body)
+        if rf is not None:
+            sources.append((rf, "response_format", None))
+        forced = _tool_choice(body, tools)
+        if forced is not None:
+            sources.append((forced[0], "tool_choice", forced[1]))
+    if not sources:
+        return None, None
+    if len(sources) > 1:
+        raise bad_request(f"'{sources[0][1]}' and '{sources[1][1]}' each constrain the output; give only one",
+                          sources[1][1], "invalid_value")
+    spec, param, mode = sources[0]
+    _check_grammar(spec, "tools" if param == "tool_choice" else param, check)
+    return spec, mode
+
+
+def sampling_params(body: dict, kind: str, vocab_size: int, guided: GuidedSpec | None = None,
+                    ) -> tuple[SamplingParams, bool]:
     """SamplingParams from the body, and whether logprobs were asked for."""
     from engine.sampling_params import SamplingParams
 
@@ -161,6 +323,7 @@ def sampling_params(body: dict, kind: str, vocab_size: int) -> tuple[SamplingPar
         ignore_eos=_bool(body, "ignore_eos", False),
         logprobs=logprobs,
         n=int(_int(body, "n", 1, 1, MAX_N) or 1),
+        guided=guided,
     )
     if params.top_p == 0.0:
         raise bad_request("'top_p' must be greater than 0", "top_p", "invalid_value")
@@ -185,22 +348,45 @@ def _stream_flags(body: dict) -> tuple[bool, bool]:
 
 
 def _message_text(content: Any, index: int) -> str | None:
-    """A message's content as text; multi-part content may only hold text parts."""
+    """A message's content as text; multi-part content may only hold text (or refusal) parts."""
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else None
+            text = part.get(kind) if kind in ("text", "refusal") else None  # type: ignore[union-attr]
+            if not isinstance(text, str):
                 raise bad_request("only text content parts are supported by this engine",
                                   f"messages[{index}].content", "unsupported_content")
-            texts.append(part["text"])
+            texts.append(text)
         return "".join(texts)
     raise bad_request("message content must be a string or a list of text parts", f"messages[{index}].content",
                       "invalid_type")
 
 
+def _tool_calls(calls: Any, index: int) -> list[dict]:
+    """An assistant's `tool_calls` as OpenAI sends them back: [{id, type, function: {name, arguments}}]."""
+    param = f"messages[{index}].tool_calls"
+    if not isinstance(calls, list):
+        raise bad_request("'tool_calls' must be a list", param, "invalid_type")
+    out = []
+    for j, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad_request("each tool call needs a 'function' with a 'name'", f"{param}[{j}]", "invalid_value")
+        arguments = fn.get("arguments", "{}")
+        if not isinstance(arguments, str | dict):
+            raise bad_request("a tool call's 'arguments' must be a JSON string", f"{param}[{j}].function.arguments",
+                              "invalid_type")
+        out.append({"id": str(c.get("id") or f"call_{j}"), "type": "function",
+                    "function": {"name": fn["name"], "arguments": arguments}})
+    return out
+
+
 def chat_messages(body: dict) -> list[dict]:
+    """The body's messages, checked and normalised for a chat template: content as text ("" for an assistant
+    turn that only calls tools), tool calls in OpenAI's shape, every other field (name, tool_call_id) kept."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list", "messages", "invalid_type")
@@ -212,12 +398,38 @@ def chat_messages(body: dict) -> list[dict]:
         if role not in MESSAGE_ROLES:
             raise bad_request(f"messages[{i}].role must be one of {sorted(MESSAGE_ROLES)}", f"messages[{i}].role",
                               "invalid_value")
-        msg = dict(m)
-        msg["content"] = _message_text(m.get("content"), i)
-        if msg["content"] is None and role != "assistant":
+        msg = {k: v for k, v in m.items() if v is not None}
+        content = _message_text(m.get("content"), i)
+        if content is None and role != "assistant":
             raise bad_request(f"messages[{i}].content is required", f"messages[{i}].content", "invalid_value")
+        msg["content"] = content or ""
+        if m.get("tool_calls") is not None:
+            if role != "assistant":
+                raise bad_request("only assistant messages carry 'tool_calls'", f"messages[{i}].tool_calls",
+                                  "invalid_value")
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], i)
+        for key in ("name", "tool_call_id"):
+            if key in msg and not isinstance(msg[key], str):
+                raise bad_request(f"messages[{i}].{key} must be a string", f"messages[{i}].{key}", "invalid_type")
         out.append(msg)
     return out
+
+
+def render_chat_prompt(tokenizer: Tokenizer, messages: list[dict], tools: list[dict] | None) -> list[int]:
+    """The prompt's token ids; a template that cannot render the messages is a 400 naming the message."""
+    try:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+    except ChatTemplateError as e:
+        if e.index is None:
+            where, param = "these messages", "messages"
+        else:
+            where = f"messages[{e.index}] (role '{messages[e.index].get('role')}')"
+            param = f"messages[{e.index}]"
+        reason = f": {e.template_message}" if e.template_message else ""
+        raise bad_request(f"the model's chat template cannot render {where}{reason}", param,
+                          "invalid_value") from e
+    except ValueError as e:  # no chat template at all
+        raise bad_request(str(e), "messages", "invalid_value") from e
 
 
 def check_window(prompt: list[int], params: SamplingParams, max_model_len: int, param: str) -> None:
@@ -234,23 +446,25 @@ def check_window(prompt: list[int], params: SamplingParams, max_model_len: int, 
             "or shorten the prompt", "max_tokens", "context_length_exceeded")
 
 
-def prepare_chat(body: Any, tokenizer: Tokenizer, max_model_len: int, served_model: str | None) -> PreparedRequest:
-    """Validate a chat body and render its prompt with the model's chat template (CPU work: off the loop)."""
+def prepare_chat(body: Any, tokenizer: Tokenizer, max_model_len: int, served_model: str | None,
+                 check_grammar: GrammarCheck | None = None) -> PreparedRequest:
+    """Validate a chat body and render its prompt with the model's chat template (CPU work: off the loop).
+
+    `check_grammar` compiles a constrained-output spec ahead of the engine (a 400 for what it cannot do)."""
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object", None, "invalid_type")
     model = check_model(body, served_model) if served_model is not None else str(body.get("model", ""))
     messages = chat_messages(body)
-    params, want_logprobs = sampling_params(body, "chat", tokenizer.vocab_size)
+    tools = _tools(body)
+    guided, tool_call = _guided(body, "chat", tools, check_grammar)
+    params, want_logprobs = sampling_params(body, "chat", tokenizer.vocab_size, guided)
     stream, include_usage = _stream_flags(body)
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise bad_request("'tools' must be a list", "tools", "invalid_type")
-    try:
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
-    except Exception as e:  # a template that raises on these messages (e.g. role order) is the client's
-        raise bad_request(f"the chat template rejected these messages: {e}", "messages", "invalid_value") from e
+    # tool_choice "none": the model is not shown tools it may not call (past calls still render).
+    shown = tools if body.get("tool_choice") != "none" else None
+    prompt = render_chat_prompt(tokenizer, messages, shown or None)
     check_window(prompt, params, max_model_len, "messages")
-    return PreparedRequest("chat", model, [prompt], params, stream, include_usage, want_logprobs)
+    return PreparedRequest("chat", model, [prompt], params, stream, include_usage, want_logprobs,
+                           tool_call=tool_call)
 
 
 def _completion_prompts(body: dict, tokenizer: Tokenizer) -> tuple[list[list[int]], list[str]]:
@@ -280,12 +494,14 @@ def _completion_prompts(body: dict, tokenizer: Tokenizer) -> tuple[list[list[int
 
 
 def prepare_completion(
-    body: Any, tokenizer: Tokenizer, max_model_len: int, served_model: str | None
+    body: Any, tokenizer: Tokenizer, max_model_len: int, served_model: str | None,
+    check_grammar: GrammarCheck | None = None,
 ) -> PreparedRequest:
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object", None, "invalid_type")
     model = check_model(body, served_model) if served_model is not None else str(body.get("model", ""))
-    params, want_logprobs = sampling_params(body, "completion", tokenizer.vocab_size)
+    guided, _ = _guided(body, "completion", None, check_grammar)
+    params, want_logprobs = sampling_params(body, "completion", tokenizer.vocab_size, guided)
     stream, include_usage = _stream_flags(body)
     prompts, texts = _completion_prompts(body, tokenizer)
     for prompt in prompts:
