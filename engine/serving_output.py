@@ -4,11 +4,13 @@ Forced tool calls (`PreparedRequest.tool_call`) come back as `tool_calls`: a nam
 its arguments, streamed as argument deltas behind a first delta with the call's id and name; `required`
 output ({"name", "arguments"} or an array of them) is read when the choice ends, then sent as one delta.
 A grammar-complete call finishes with "tool_calls"; one cut by max_tokens keeps "length" (a named call's
-arguments are then the partial JSON text; a `required` one that cannot be read comes back as content).
+arguments are then the partial JSON text; a cut array of parallel calls keeps its whole calls; a `required`
+output with no whole call comes back as content).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable
@@ -44,11 +46,30 @@ def parse_tool_calls(mode: ToolCallMode, text: str) -> list[dict] | None:
     try:
         parsed = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return None
+        parsed = _complete_items(text) if mode.parallel else None
+        if not parsed:
+            return None
     items = parsed if isinstance(parsed, list) else [parsed]
     if not items or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in items):
         return None
     return [_call(c["name"], orjson.dumps(c.get("arguments", {})).decode()) for c in items]
+
+
+def _complete_items(text: str) -> list:
+    """The whole items at the front of a JSON array cut short (max_tokens ran out mid-array)."""
+    decoder = json.JSONDecoder()
+    items: list = []
+    pos = text.find("[") + 1
+    if pos == 0:
+        return items
+    while True:
+        while pos < len(text) and text[pos] in " ,\n":
+            pos += 1
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            return items
+        items.append(item)
 
 
 def _call(name: str, arguments: str, call_id: str = "") -> dict:

@@ -1,0 +1,193 @@
+"""Structured output and forced tool calls by constrained decoding, through the official openai SDK
+against the engine replica's server (SmolLM2-135M on CPU, greedy, short outputs)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from tests.engine.conftest import MODEL
+from tests.helpers import ServerThread
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["red", "blue"]}, "maxItems": 2},
+        "pet": {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}, "vaccinated": {"type": "boolean"}},
+                "required": ["kind", "vaccinated"], "additionalProperties": False},
+    },
+    "required": ["name", "age", "tags", "pet"],
+    "additionalProperties": False,
+}
+ASK_PERSON = [{"role": "user", "content": "Describe a person as JSON."}]
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
+                                            "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "description": "Current time in a timezone",
+                                      "parameters": {"type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}},
+                                                     "required": ["tz"], "additionalProperties": False}}},
+]
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerThread) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def streamed(client: openai.OpenAI, **kw: object) -> tuple[str, list, str | None]:
+    """(content, tool_calls as the SDK's stream helpers would assemble them, finish_reason)."""
+    content, calls, finish = [], {}, None
+    for chunk in client.chat.completions.create(stream=True, **kw):  # type: ignore[call-overload]
+        if not chunk.choices:
+            continue
+        c = chunk.choices[0]
+        content.append(c.delta.content or "")
+        for d in c.delta.tool_calls or ():
+            call = calls.setdefault(d.index, {"id": None, "name": None, "arguments": ""})
+            call["id"] = d.id or call["id"]
+            if d.function:
+                call["name"] = d.function.name or call["name"]
+                call["arguments"] += d.function.arguments or ""
+        finish = c.finish_reason or finish
+    return "".join(content), [calls[i] for i in sorted(calls)], finish
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_nested_json_schema_parses_and_validates(client: openai.OpenAI, stream: bool) -> None:
+    kw = {"model": MODEL, "messages": ASK_PERSON, "max_tokens": 80, "temperature": 0,
+          "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
+                                                                     "strict": True}}}
+    if stream:
+        text, _, finish = streamed(client, **kw)
+    else:
+        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+        text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    assert finish == "stop"
+    jsonschema.validate(json.loads(text), PERSON)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_object(client: openai.OpenAI, stream: bool) -> None:
+    kw = {"model": MODEL, "max_tokens": 40, "temperature": 0, "response_format": {"type": "json_object"},
+          "messages": [{"role": "system", "content": 'Reply in JSON, like {"answer": "..."}.'},
+                       {"role": "user", "content": "Is the sky blue?"}]}
+    if stream:
+        text, _, finish = streamed(client, **kw)
+    else:
+        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+        text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    assert finish == "stop"
+    assert isinstance(json.loads(text), dict)
+
+
+def test_max_tokens_cuts_json_with_length(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model=MODEL, messages=ASK_PERSON, max_tokens=5, temperature=0,
+                                       response_format={"type": "json_schema",
+                                                        "json_schema": {"name": "p", "schema": PERSON}})
+    assert r.choices[0].finish_reason == "length"
+    assert r.choices[0].message.content.startswith("{")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_named_tool_call(client: openai.OpenAI, stream: bool) -> None:
+    kw = {"model": MODEL, "messages": ASK_WEATHER, "tools": TOOLS, "max_tokens": 30, "temperature": 0,
+          "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    if stream:
+        content, calls, finish = streamed(client, **kw)
+        assert content == ""
+    else:
+        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+        msg = r.choices[0].message
+        assert msg.content is None
+        calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in msg.tool_calls]
+        finish = r.choices[0].finish_reason
+    assert finish == "tool_calls"
+    assert len(calls) == 1 and calls[0]["name"] == "get_weather" and calls[0]["id"].startswith("call_")
+    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER)
+
+
+@pytest.mark.parametrize(("stream", "parallel"), [(False, False), (True, False), (False, True)])
+def test_required_tool_call(client: openai.OpenAI, stream: bool, parallel: bool) -> None:
+    kw = {"model": MODEL, "messages": ASK_WEATHER, "tools": TOOLS, "tool_choice": "required", "temperature": 0,
+          "max_tokens": 60, "parallel_tool_calls": parallel}
+    if stream:
+        _, calls, finish = streamed(client, **kw)
+    else:
+        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+        finish = r.choices[0].finish_reason
+        calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                 for c in r.choices[0].message.tool_calls or ()]
+    # With parallel calls allowed this small model keeps adding calls: a cut array keeps its whole calls.
+    assert finish == "tool_calls" if not parallel else finish in ("tool_calls", "length")
+    assert len(calls) == 1 if not parallel else len(calls) >= 1
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for call in calls:
+        assert call["id"].startswith("call_")
+        jsonschema.validate(json.loads(call["arguments"]), schemas[call["name"]])
+
+
+def test_tool_round_trip(client: openai.OpenAI) -> None:
+    """Call, run the tool, send the result back: the agent loop every framework runs."""
+    first = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=40, temperature=0)
+    call = first.choices[0].message.tool_calls[0]
+    history = [*ASK_WEATHER, first.choices[0].message.model_dump(exclude_none=True),
+               {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 21})}]
+    assert history[1]["content"] is None if "content" in history[1] else True
+    second = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=8, temperature=0)
+    assert second.choices[0].finish_reason in ("stop", "length")
+    assert second.choices[0].message.content
+    # the same history with content: null spelled out (what the SDK's dict form sends)
+    raw = [*ASK_WEATHER, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]}, history[2]]
+    again = client.chat.completions.create(model=MODEL, messages=raw, max_tokens=8, temperature=0)
+    assert again.choices[0].message.content
+
+
+def test_vllm_guided_fields(client: openai.OpenAI) -> None:
+    choice = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Is fire hot?"}],
+                                            max_tokens=5, temperature=0, extra_body={"guided_choice": ["yes", "no"]})
+    assert choice.choices[0].message.content in ("yes", "no")
+    regex = client.completions.create(model=MODEL, prompt="The year is", max_tokens=6, temperature=0,
+                                      extra_body={"guided_regex": r" [12][0-9]{3}"})
+    assert regex.choices[0].text[0] == " " and regex.choices[0].text[1:].isdigit()
+    guided = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, max_tokens=30, temperature=0,
+                                            extra_body={"guided_json": json.dumps(WEATHER)})
+    jsonschema.validate(json.loads(guided.choices[0].message.content), WEATHER)
+
+
+def _err(fn: object) -> dict:
+    with pytest.raises(openai.BadRequestError) as info:
+        fn()  # type: ignore[operator]
+    assert isinstance(info.value.body, dict)
+    return info.value.body
+
+
+def test_refusals_are_400(client: openai.OpenAI) -> None:
+    chat = client.chat.completions.create
+    body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "currency"}}}))
+    assert (body["param"], body["code"]) == ("response_format", "unsupported_parameter")
+    assert "currency" in body["message"] and "cc:" not in body["message"]
+    body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, extra_body={"guided_regex": "(ab"}))
+    assert body["code"] == "unsupported_parameter"
+    body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, tools=TOOLS,
+                             tool_choice={"type": "function", "function": {"name": "nope"}}))
+    assert body["param"] == "tool_choice"
+    body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, tool_choice="required"))
+    assert body["param"] == "tool_choice"
+    body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, tool_choice="required",
+                             response_format={"type": "json_object"}))
+    assert "give only one" in body["message"]
+    body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, extra_body={"guided_grammar": "root ::= x"}))
+    assert body["code"] == "unsupported_parameter"
+    body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, tools=[{"type": "function", "function": {}}]))
+    assert body["param"] == "tools[0].function.name"
