@@ -176,6 +176,8 @@ class Judge:
                     reply = await self._backend().chat(self.request(cached, new, False), timeouts)
         except TimeoutError:
             return JudgeVerdict(False, 0.0, "timeout")
+        except BackendError as e:  # the backend's own timeouts (the same budget) usually fire first
+            return JudgeVerdict(False, 0.0, "timeout" if e.reason == "timeout" else "error")
         except asyncio.CancelledError:
             raise
         except Exception:  # BackendError, an unknown backend after a reload, a malformed reply: all a miss

@@ -14,6 +14,8 @@ tool_choice not "none") and a user message last, the reply is a call of the name
 arguments `{"text": <last user text>}` (finish_reason "tool_calls"); after a tool message it answers
 `"tool said: <tool content>"`. Token counts are word counts. `reply` set to a string replaces the echo.
 `n` > 1 repeats the choice in non-streaming answers (streams carry choice 0 only).
+`top_logprobs` set to [(token, logprob), ...] answers non-streaming requests that ask for `logprobs` with those
+alternatives for the first token (the first pair is the chosen token), as a judge's yes/no reply carries them.
 
 Knobs (attributes; set them at run time, `reset()` restores them):
   delay_headers      seconds before response headers (every endpoint, errors included)
@@ -55,6 +57,7 @@ class FakeOpenAI(FakeUpstream):
         super().__init__(api_key)
         self.models = models or ["fake-model", "fake-model-2"]
         self.reply: str | None = None
+        self.top_logprobs: list[tuple[str, float]] | None = None
         self.stream_error_after: int | None = None
         self.embedding_dim = 8
         self._seq = 0
@@ -66,6 +69,7 @@ class FakeOpenAI(FakeUpstream):
     def reset(self) -> None:
         super().reset()
         self.reply = None
+        self.top_logprobs = None
         self.stream_error_after = None
 
     def error_body(self, status: int, message: str, kind: str | None = None) -> bytes:
@@ -101,13 +105,19 @@ class FakeOpenAI(FakeUpstream):
             message["tool_calls"] = [{"id": call_id, "type": "function",
                                       "function": {"name": name, "arguments": args}}]
         n = body.get("n") or 1
-        choices = [{"index": i, "message": message, "logprobs": None, "finish_reason": answer["finish"]}
+        choices = [{"index": i, "message": message, "logprobs": self._logprobs(body), "finish_reason": answer["finish"]}
                    for i in range(n)]
         return web.Response(body=orjson.dumps({
             "id": self._id("chatcmpl"), "object": "chat.completion", "created": int(time.time()),
             "model": body["model"], "choices": choices, "usage": _usage(answer, n),
             "service_tier": "default", "system_fingerprint": "fp_fake",
         }), content_type="application/json", headers={"x-request-id": self._id("req")})
+
+    def _logprobs(self, body: dict) -> dict | None:
+        if not body.get("logprobs") or not self.top_logprobs:
+            return None
+        top = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in self.top_logprobs]
+        return {"content": [{**top[0], "top_logprobs": top[: body.get("top_logprobs") or 0]}], "refusal": None}
 
     def _answer(self, body: dict, messages: list) -> dict:
         last = messages[-1] if isinstance(messages[-1], dict) else {}
