@@ -4,6 +4,20 @@ Prompt caching: `cache_control` on OpenAI content parts, on a whole message (it 
 block) and on tools (top level, LiteLLM's convention, or inside `function`) is carried to the matching
 Anthropic block exactly as given. Sampling parameters Anthropic lacks (seed, penalties, logit_bias) are
 dropped; what would change the answer's shape (n > 1, logprobs, response_format json) is refused with a 400.
+
+What Anthropic would reject is refused here first, with a 400 naming the parameter: temperature or top_p
+outside [0, 1]; temperature together with top_p on the models that accept only one (ONE_SAMPLER_MODELS:
+Opus 4.1 and later, Sonnet 4.5 and later, Haiku 4.5 and later, the 5-series); a request with no user or
+assistant message (`messages: []` once system messages are lifted out); more than four cache_control
+breakpoints, or a 1-hour one after a 5-minute one; thinking with sampling settings it forbids.
+
+Extended thinking: OpenAI's `reasoning_effort` becomes `thinking: {type: enabled, budget_tokens}` with
+REASONING_BUDGETS (minimal/low 1024, medium 2048, high 4096 tokens: LiteLLM's mapping; `none` turns it off);
+LiteLLM's `thinking` extension is passed on as given. Thinking tokens count toward max_tokens: without a
+client limit the request gets default_max_tokens + the budget; a client limit is kept and a reasoning_effort
+budget is cut to fit under it. Answers carry the thinking text as `reasoning_content` and the signed blocks as
+`thinking_blocks` (LiteLLM's field); assistant messages sent back with `thinking_blocks` return them to
+Anthropic unchanged, first in the turn, so multi-turn and tool-loop conversations keep their signatures.
 """
 
 from __future__ import annotations
@@ -22,7 +36,26 @@ STOP_REASONS = {
 }
 IMAGE_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
 DROPPED = {"seed", "frequency_penalty", "presence_penalty", "logit_bias", "service_tier", "store", "metadata",
-           "prediction", "top_logprobs", "reasoning_effort", "modalities", "audio", "web_search_options"}
+           "prediction", "top_logprobs", "modalities", "audio", "web_search_options"}
+ONE_SAMPLER_MODELS = ("claude-opus-4-1", "claude-opus-4-5", "claude-opus-4-6", "claude-opus-4-7", "claude-opus-4-8",
+                      "claude-sonnet-4-5", "claude-sonnet-4-6", "claude-haiku-4-5", "claude-opus-5",
+                      "claude-sonnet-5", "claude-haiku-5", "claude-fable-5", "claude-mythos-5")
+REASONING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 2048, "high": 4096}
+MIN_THINKING_BUDGET = 1024  # Anthropic's floor for budget_tokens
+MAX_BREAKPOINTS = 4
+
+
+DEFAULT_MAX_TOKENS = 4096
+
+
+def default_max_tokens(options: dict) -> int:
+    """The max_tokens sent when the client sets none (Anthropic requires one): `options.default_max_tokens`."""
+    value = options.get("default_max_tokens")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:  # from a ${VAR} in the policy
+        return int(value)
+    return DEFAULT_MAX_TOKENS
 
 
 class TranslationError(Exception):
@@ -56,6 +89,9 @@ def to_anthropic(body: dict, model: str | None, default_max_tokens: int) -> dict
         else:
             raise TranslationError(f"role {role!r} is not supported by the anthropic backend",
                                    f"messages[{i}].role")
+    if not out_messages:
+        raise TranslationError("the anthropic backend needs at least one user or assistant message with content "
+                               "(system messages become the system prompt)", "messages")
     out: dict[str, Any] = {"model": model or body.get("model"), "max_tokens": _max_tokens(body, default_max_tokens),
                            "messages": [_compact(m) for m in out_messages]}
     if system:
@@ -63,7 +99,9 @@ def to_anthropic(body: dict, model: str | None, default_max_tokens: int) -> dict
         out["system"] = system[0]["text"] if plain else system
     _sampling(body, out)
     _tools(body, out)
+    _thinking(body, out, default_max_tokens)
     _refuse_unsupported(body)
+    _check_breakpoints(out)
     return out
 
 
@@ -180,8 +218,29 @@ def _document_block(part: dict, param: str) -> dict:
     return block
 
 
+def _thinking_blocks(msg: dict, i: int) -> list[dict]:
+    """The signed thinking blocks of an earlier answer (`thinking_blocks`), returned to Anthropic unchanged."""
+    raw = msg.get("thinking_blocks")
+    if raw is None:
+        return []
+    param = f"messages[{i}].thinking_blocks"
+    if not isinstance(raw, list):
+        raise TranslationError("thinking_blocks must be an array", param)
+    blocks = []
+    for j, block in enumerate(raw):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "thinking" and isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str):
+            blocks.append({"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]})
+        elif kind == "redacted_thinking" and isinstance(block.get("data"), str):
+            blocks.append({"type": "redacted_thinking", "data": block["data"]})
+        else:
+            raise TranslationError("thinking_blocks items must be thinking blocks with thinking and signature, or "
+                                   "redacted_thinking blocks with data", f"{param}[{j}]")
+    return blocks
+
+
 def _assistant_blocks(msg: dict, i: int) -> list[dict]:
-    blocks = _text_blocks(msg.get("content"), f"messages[{i}].content")
+    blocks = _thinking_blocks(msg, i) + _text_blocks(msg.get("content"), f"messages[{i}].content")
     calls = msg.get("tool_calls") or []
     if not isinstance(calls, list):
         raise TranslationError("tool_calls must be an array", f"messages[{i}].tool_calls")
@@ -228,9 +287,18 @@ def _max_tokens(body: dict, default: int) -> int:
 
 
 def _sampling(body: dict, out: dict) -> None:
-    for key in ("temperature", "top_p", "top_k"):
-        if body.get(key) is not None:
-            out[key] = body[key]
+    for key in ("temperature", "top_p"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise TranslationError(f"{key} must be a number between 0 and 1 for the anthropic backend (got "
+                                   f"{value!r}; Anthropic's range is [0, 1], not OpenAI's [0, 2])", key)
+        out[key] = value
+    if body.get("top_k") is not None:
+        out["top_k"] = body["top_k"]
+    if "temperature" in out and "top_p" in out and str(out["model"]).startswith(ONE_SAMPLER_MODELS):
+        raise TranslationError(f"{out['model']} accepts temperature or top_p, not both: send only one", "top_p")
     stop = body.get("stop")
     if isinstance(stop, str):
         out["stop_sequences"] = [stop]
@@ -277,6 +345,91 @@ def _tool_choice(choice: object) -> dict | None:
     raise TranslationError("tool_choice must be auto, none, required or a named function", "tool_choice")
 
 
+def thinking_budget(body: dict) -> int:
+    """Thinking tokens the request asks for (0 when none): what they add to the output limit."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict):
+        budget = thinking.get("budget_tokens")
+        return budget if thinking.get("type") == "enabled" and isinstance(budget, int) else 0
+    effort = body.get("reasoning_effort")
+    return REASONING_BUDGETS.get(effort, 0) if isinstance(effort, str) else 0
+
+
+def _thinking(body: dict, out: dict, default_max_tokens: int) -> None:
+    """`thinking` (LiteLLM's extension, passed on) or `reasoning_effort` -> Anthropic's `thinking`."""
+    thinking, effort = body.get("thinking"), body.get("reasoning_effort")
+    client_limit = body.get("max_completion_tokens", body.get("max_tokens")) is not None
+    if thinking is not None:
+        if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled", "adaptive"):
+            raise TranslationError("thinking must be {type: enabled, budget_tokens}, {type: adaptive} or "
+                                   "{type: disabled}", "thinking")
+        config = dict(thinking)
+        if config["type"] == "enabled":
+            budget = config.get("budget_tokens")
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+                raise TranslationError(f"thinking.budget_tokens must be an integer >= {MIN_THINKING_BUDGET}",
+                                       "thinking.budget_tokens")
+    elif effort is not None:
+        if effort == "none":
+            return
+        if effort not in REASONING_BUDGETS:
+            raise TranslationError(f"reasoning_effort must be one of none, {', '.join(REASONING_BUDGETS)}",
+                                   "reasoning_effort")
+        budget = REASONING_BUDGETS[effort]
+        if client_limit:  # OpenAI's limit includes the reasoning: fit the budget under it
+            budget = min(budget, out["max_tokens"] - 1)
+            if budget < MIN_THINKING_BUDGET:
+                raise TranslationError(f"max_tokens ({out['max_tokens']}) leaves no room for thinking: Anthropic "
+                                       f"needs a budget of at least {MIN_THINKING_BUDGET} tokens below max_tokens",
+                                       "max_tokens")
+        config = {"type": "enabled", "budget_tokens": budget}
+    else:
+        return
+    if config["type"] == "enabled":
+        if not client_limit:
+            out["max_tokens"] = default_max_tokens + config["budget_tokens"]
+        elif config["budget_tokens"] >= out["max_tokens"]:
+            raise TranslationError(f"max_tokens ({out['max_tokens']}) must be greater than the thinking budget "
+                                   f"({config['budget_tokens']})", "max_tokens")
+    out["thinking"] = config
+    if config["type"] == "disabled":
+        return
+    if out.get("temperature") not in (None, 1):
+        raise TranslationError("temperature cannot be set with extended thinking (only 1 is allowed)", "temperature")
+    if out.get("top_p") is not None and out["top_p"] < 0.95:
+        raise TranslationError("top_p must be at least 0.95 with extended thinking", "top_p")
+    if "top_k" in out:
+        raise TranslationError("top_k cannot be set with extended thinking", "top_k")
+    if (out.get("tool_choice") or {}).get("type") in ("any", "tool"):
+        raise TranslationError("extended thinking cannot be combined with a forced tool_choice (required or a named "
+                               "function): use auto or none", "tool_choice")
+
+
+def _markers(out: dict) -> list[object]:
+    """cache_control markers in Anthropic's prompt order: tools, system, then the turns' blocks."""
+    blocks: list[Any] = list(out.get("tools") or [])
+    if isinstance(out.get("system"), list):
+        blocks += out["system"]
+    for message in out["messages"]:
+        if isinstance(message["content"], list):
+            blocks += message["content"]
+    return [b["cache_control"] for b in blocks if isinstance(b, dict) and "cache_control" in b]
+
+
+def _check_breakpoints(out: dict) -> None:
+    markers = _markers(out)
+    if len(markers) > MAX_BREAKPOINTS:
+        raise TranslationError(f"at most {MAX_BREAKPOINTS} cache_control breakpoints are allowed by Anthropic; "
+                               f"the request has {len(markers)}", "messages")
+    short_seen = False
+    for marker in markers:
+        ttl = marker.get("ttl", "5m") if isinstance(marker, dict) else None
+        if ttl == "1h" and short_seen:
+            raise TranslationError("a cache_control breakpoint with ttl 1h must not come after one with the "
+                                   "default 5m ttl (order: tools, system, messages)", "messages")
+        short_seen = short_seen or ttl == "5m"
+
+
 def _refuse_unsupported(body: dict) -> None:
     if (body.get("n") or 1) != 1:
         raise TranslationError("n > 1 is not supported by the anthropic backend", "n")
@@ -306,6 +459,7 @@ def from_anthropic(message: dict) -> dict:
     """An OpenAI `chat.completion` for an Anthropic `message`."""
     texts: list[str] = []
     calls: list[dict] = []
+    thinking: list[dict] = []
     for block in message.get("content") or []:
         if not isinstance(block, dict):
             continue
@@ -313,10 +467,15 @@ def from_anthropic(message: dict) -> dict:
             texts.append(str(block.get("text", "")))
         elif block.get("type") == "tool_use":
             calls.append(tool_call(block, orjson.dumps(block.get("input") or {}).decode()))
+        elif block.get("type") in ("thinking", "redacted_thinking"):
+            thinking.append(thinking_block(block))
     out_message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None,
                                    "refusal": None}
     if calls:
         out_message["tool_calls"] = calls
+    if thinking:
+        out_message["reasoning_content"] = "".join(b.get("thinking", "") for b in thinking)
+        out_message["thinking_blocks"] = thinking
     return {
         "id": message.get("id") or "msg", "object": "chat.completion", "created": int(time.time()),
         "model": message.get("model"),
@@ -326,13 +485,20 @@ def from_anthropic(message: dict) -> dict:
     }
 
 
+def thinking_block(block: dict) -> dict:
+    """A thinking block as LiteLLM's `thinking_blocks` item (what a client sends back next turn)."""
+    if block.get("type") == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": str(block.get("data", ""))}
+    return {"type": "thinking", "thinking": str(block.get("thinking", "")), "signature": str(block.get("signature", ""))}
+
+
 def tool_call(block: dict, arguments: str) -> dict:
     return {"id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": arguments}}
 
 
 ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
                 "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
-                "overloaded_error": 503}
+                "overloaded_error": 529}
 
 
 def anthropic_error(raw: object) -> tuple[str, str] | None:

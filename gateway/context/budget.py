@@ -1,9 +1,15 @@
 """Token-budget assembly: fit system prompt, conversation, documents and query into the window.
 
-Priority: the system prompt's hard rules and the query are kept whole; then the newest `keep_recent` history
-turns; then documents by score; then older turns (verbatim when they fit, else summarised, else the oldest
-dropped). The strategy reserves the output and splits the flexible rest between documents and history; a
-part that needs less than its share leaves the rest to the other.
+Priority: the system prompt and the query (the final user turn and what follows it) are what the client sent
+and are never removed or shortened: when they cannot fit, the client gets a 400 `context_length_exceeded`
+with the numbers. (The system prompt is pruned by line priority only where the route asks for it with
+`compression.system.max_share`, and never to nothing.) Then the newest `keep_recent` history turns; then
+documents by score; then older turns (verbatim when they fit, else summarised, else the oldest dropped). The
+strategy reserves the output and splits the flexible rest between documents and history; a part that needs
+less than its share leaves the rest to the other.
+
+A window of None means the model's window is not known: nothing is dropped, summarised or cut (there is no
+limit to fit), and the budget header says `window=unknown`.
 
 The work is split around the one slow step, the summariser call: `plan()` (sync) decides what must be
 summarised, the caller awaits the summary, `finish()` (sync) builds the forwarded messages and checks the
@@ -20,6 +26,7 @@ from gateway.context.ordering import document_messages
 from gateway.context.tokens import RequestCounter, TokenCounter
 from gateway.errors import GatewayError
 
+UNBOUNDED = 1 << 62  # the prompt limit when the window is not known: no destructive step is ever needed
 SUMMARY_PREFIX = "Summary of the {n} earlier messages of this conversation (written by the gateway to save tokens):\n"
 MIN_SUMMARY_TOKENS = 16
 MIN_DOC_PIECE = 8  # fewer tokens than this left for a truncated document: leave it out
@@ -52,8 +59,8 @@ def split_conversation(messages: list[dict]) -> Conversation:
 
 @dataclass(slots=True)
 class BudgetReport:
-    window: int
-    reserved_output: int
+    window: int | None  # None: the model's window is not known
+    reserved_output: int | None  # None: no limit was set (the backend's default applies)
     tokenizer: str
     exact: bool
     system: int = 0
@@ -83,8 +90,8 @@ class BudgetReport:
 
     def header(self) -> str:
         parts = [
-            f"window={self.window}",
-            f"output={self.reserved_output}",
+            f"window={'unknown' if self.window is None else self.window}",
+            f"output={'default' if self.reserved_output is None else self.reserved_output}",
             f"system={self.system}",
             f"tools={self.tools}",
             f"documents={self.documents}",
@@ -141,7 +148,7 @@ def _messages_tokens(counter: RequestCounter, messages: list[dict]) -> int:
 def context_length_error(report: BudgetReport, needed: int, limit: int) -> GatewayError:
     return GatewayError(
         400,
-        f"This model's maximum context length is {report.window} tokens and {report.reserved_output} are "
+        f"This model's maximum context length is {report.window} tokens and {report.reserved_output or 0} are "
         f"reserved for the output, leaving {limit} for the prompt; the system prompt ({report.system} tokens), "
         f"tools ({report.tools}) and the query ({report.query}) alone need {needed} tokens. Shorten them or "
         f"lower max_tokens.",
@@ -154,8 +161,8 @@ def context_length_error(report: BudgetReport, needed: int, limit: int) -> Gatew
 def plan(
     token_counter: TokenCounter,
     config: ContextConfig,
-    window: int,
-    reserved_output: int,
+    window: int | None,
+    reserved_output: int | None,
     conversation: Conversation,
     documents: list[Document],
     tools: list | None,
@@ -164,7 +171,7 @@ def plan(
     """Decide each part's share; raises context_length_exceeded when system + query cannot fit."""
     counter = RequestCounter(token_counter)
     report = BudgetReport(window, reserved_output, counter.name, counter.exact)
-    limit = window - reserved_output
+    limit = UNBOUNDED if window is None else window - (reserved_output or 0)
     tools_tokens = counter.count_tools(tools)
     report.tools = tools_tokens
     report.query = _messages_tokens(counter, conversation.query)
@@ -217,10 +224,15 @@ def plan(
 
 
 def _pruned_system(counter: RequestCounter, config: ContextConfig, system: list[dict], room: int) -> list[dict]:
-    """Prune the system prompt by line priority only when it alone exceeds its share of the input."""
-    share = int(config.system.max_share * max(room, 0))
+    """Prune the system prompt by line priority only when the route asks for it (`system.max_share`) and it
+    alone exceeds that share of the input. A message is never pruned to nothing: it then stays whole (and the
+    fit check answers 400 if it cannot fit), since an empty system prompt is a dropped one."""
+    max_share = config.system.max_share
+    if max_share is None or not system:
+        return system
+    share = int(max_share * max(room, 0))
     total = _messages_tokens(counter, system)
-    if not system or total <= share:
+    if total <= share:
         return system
     out = []
     for message in system:
@@ -228,7 +240,9 @@ def _pruned_system(counter: RequestCounter, config: ContextConfig, system: list[
         if isinstance(content, str):  # each message gets its proportional part of the share
             part = share * counter.count_message(message) // total
             budget = max(0, part - counter.tokens_per_message - counter.count_text(str(message.get("role", ""))))
-            message = {**message, "content": prune_system(content, budget, counter.count_text)}
+            pruned = prune_system(content, budget, counter.count_text)
+            if pruned.strip():
+                message = {**message, "content": pruned}
         out.append(message)
     return out
 
@@ -387,11 +401,16 @@ def _layout(
     messages.extend(plan.query)
     boundaries: list[tuple[int, int]] = []
     if plan.ordered:
-        running = plan.tools_tokens
-        for index, end in enumerate((static_end, history_end)):
-            if end < 0 or (index == 1 and end == static_end):
+        ends = [static_end, history_end if history_end != static_end else -1]
+        # An agent loop: tool rounds after the last user message grow every step; the newest tool result is the
+        # newest point the next step will repeat, so it is worth a breakpoint too.
+        if len(plan.query) > 1 and plan.query[-1].get("role") == "tool":
+            ends.append(len(messages) - 1)
+        running, counted = plan.tools_tokens, 0
+        for end in ends:
+            if end < 0:
                 continue
-            start = 0 if index == 0 else static_end + 1
-            running += sum(counter.count_message(m) for m in messages[start : end + 1])
+            running += sum(counter.count_message(m) for m in messages[counted : end + 1])
+            counted = end + 1
             boundaries.append((end, running))
     return messages, boundaries

@@ -10,7 +10,8 @@
       conversation: {keep_recent: 6, summarizer: local, model: null, timeout_s: 10, max_summary_tokens: 256,
                      cache_ttl_s: 604800}
       documents: {max_tokens: 3000, dedup: true, near_duplicate: 0.85}
-      system: {max_share: 0.5}      # the system prompt is pruned only when it alone exceeds this share
+      system: {max_share: 0.5}      # opt-in: prune the system prompt (by line priority) when it alone exceeds
+                                    # this share of the input; without it the system prompt is never cut
     ordering: {enabled: true, sort_tools: true, cache_breakpoints: true}   # or `ordering: false`
 
 A route with none of the three keys has no context stage work (None). Any of them turns the stage on with
@@ -72,7 +73,7 @@ class DocumentsConfig:
 
 @dataclass(frozen=True, slots=True)
 class SystemConfig:
-    max_share: float = 0.5  # of the input budget
+    max_share: float | None = None  # of the input budget; None = never prune (only the route can ask for it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +201,7 @@ def _compression(raw: Any, path: str) -> dict[str, Any]:
             near_duplicate=_float(d, "near_duplicate", dp, defaults_d.near_duplicate, 0.5, 1.0),  # type: ignore[arg-type]
         ),
         "system": SystemConfig(
-            max_share=_float(s, "max_share", sp, defaults_s.max_share, 0.05, 1.0),  # type: ignore[arg-type]
+            max_share=_float(s, "max_share", sp, defaults_s.max_share, 0.05, 1.0),
         ),
     }
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.backends.anthropic_format import default_max_tokens as anthropic_default_max_tokens
+from gateway.backends.anthropic_format import thinking_budget
 from gateway.backends.engine_options import DEFAULT_MODEL as ENGINE_DEFAULT_MODEL
 from gateway.context import models
 from gateway.context.budget import Assembled, Plan, finish, plan, split_conversation
@@ -66,8 +68,9 @@ class ContextStage:
         documents = parse_documents(body.get("documents"))
         target = self._target(ctx)
         counter = await self._counter(target)
-        window = config.budget.context_window or (target.info.window if target.info else models.DEFAULT_WINDOW)
-        reserved, asked_key = reserve_output(body, config, target.info, window)
+        # No window known (neither policy nor table): None, and assembly takes no destructive step.
+        window = config.budget.context_window or (target.info.window if target.info else None)
+        reserved, asked_key = reserve_output(body, config, target, window)
         tools = body.get("tools")
         if isinstance(tools, list) and tools and config.ordering.enabled and config.ordering.sort_tools:
             tools = canonical_tools(tools)
@@ -128,7 +131,8 @@ class ContextStage:
         anthropic_only = all(n in backends and backends[n].type == "anthropic" for n in names)
         # An engine serves its configured model whatever the request calls it; upstreams may rename it.
         model = primary.model or (ENGINE_DEFAULT_MODEL if primary.type == "engine" else ctx.model)
-        return Target(primary.type, model, anthropic_only, models.lookup(model))
+        default_max = anthropic_default_max_tokens(primary.options) if primary.type == "anthropic" else None
+        return Target(primary.type, model, anthropic_only, models.lookup(model), default_max)
 
     async def _counter(self, target: Target) -> TokenCounter:
         if target.kind == "engine":
@@ -206,6 +210,7 @@ class Target:
     model: str  # the model name the backend sees
     anthropic_only: bool  # every backend and fallback of the route is Anthropic
     info: models.ModelInfo | None
+    default_max_tokens: int | None = None  # the backend's own output limit when the client sends none
 
 
 async def _run(large: bool, fn: Any, *args: Any) -> Any:
@@ -213,9 +218,17 @@ async def _run(large: bool, fn: Any, *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args) if large else fn(*args)
 
 
-def _set_output_limit(out: dict, body: dict, asked_key: str | None, reserved: int, target: Target) -> None:
+def _set_output_limit(out: dict, body: dict, asked_key: str | None, reserved: int | None, target: Target) -> None:
     """Forward the reserved output as the request's limit: set it when the client gave none, cap it when the
-    policy allows less than asked."""
+    policy allows less than asked. Nothing reserved (window unknown, no default): the backend's default holds."""
+    if reserved is None:
+        return
+    if asked_key is None and target.default_max_tokens is not None:
+        # Anthropic: the backend sends its default_max_tokens (plus any thinking budget) by itself; set a limit
+        # only when the route allows less, so the backend's default is what goes upstream.
+        if reserved < target.default_max_tokens + thinking_budget(body):
+            out["max_tokens"] = reserved
+        return
     if asked_key is None:
         reasoning = target.kind == "openai" and target.model.startswith(REASONING_FAMILIES)
         out["max_completion_tokens" if reasoning else "max_tokens"] = reserved
@@ -224,9 +237,14 @@ def _set_output_limit(out: dict, body: dict, asked_key: str | None, reserved: in
 
 
 def reserve_output(
-    body: dict, config: ContextConfig, info: models.ModelInfo | None, window: int
-) -> tuple[int, str | None]:
-    """(tokens reserved for the answer, the body key the client used for it or None)."""
+    body: dict, config: ContextConfig, target: Target, window: int | None
+) -> tuple[int | None, str | None]:
+    """(tokens reserved for the answer, the body key the client used for it or None).
+
+    Without a client limit: the route's `budget.max_output_tokens`, else the backend's own default (Anthropic's
+    `default_max_tokens`: the limit it would send anyway), else the strategy's share of the window; None when
+    none of these exists (window unknown), so nothing is reserved and nothing is set."""
+    info = target.info
     asked_key = next((k for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None), None)
     caps = [c for c in (config.budget.max_output_tokens, info.max_output if info else None) if c]
     if asked_key is not None:
@@ -234,7 +252,13 @@ def reserve_output(
         if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
             raise bad_request(f"'{asked_key}' must be a positive integer", param=asked_key)
         return min([asked, *caps]), asked_key
-    default = config.budget.max_output_tokens or int(window * config.budget.split.output)
+    default = config.budget.max_output_tokens
+    if default is None and target.default_max_tokens is not None:  # thinking tokens count toward max_tokens
+        default = target.default_max_tokens + thinking_budget(body)
+    if default is None and window is not None:
+        default = int(window * config.budget.split.output)
+    if default is None:
+        return None, None
     return max(1, min([default, *caps])), None
 
 

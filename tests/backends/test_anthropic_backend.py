@@ -163,11 +163,13 @@ async def test_cache_control_breakpoints_and_cached_tokens(anthropic_backend: An
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == details["cache_write_tokens"]
 
 
-async def test_too_many_breakpoints_is_upstream_400(anthropic_backend: AnthropicBackend) -> None:
+async def test_too_many_breakpoints_is_refused_before_sending(anthropic_backend: AnthropicBackend,
+                                                              fake_anthropic: FakeAnthropic) -> None:
     parts = [{"type": "text", "text": f"part {i}", "cache_control": EPHEMERAL} for i in range(5)]
     with pytest.raises(BackendError) as e:
         await anthropic_backend.chat({"model": "claude-fake-1", "messages": [{"role": "user", "content": parts}]}, T)
-    assert e.value.status == 400 and "maximum of 4" in e.value.body["error"]["message"]
+    assert e.value.status == 400 and "at most 4" in e.value.body["error"]["message"]
+    assert fake_anthropic.request_count == 0
 
 
 # ---- errors --------------------------------------------------------------------------------------------
@@ -199,7 +201,7 @@ async def test_wrong_key(anthropic_server: tuple[FakeAnthropic, ServerThread], f
         await backend.close()
 
 
-@pytest.mark.parametrize(("status", "out", "reason"), [(429, 429, "status_429"), (529, 503, "status_5xx"),
+@pytest.mark.parametrize(("status", "out", "reason"), [(429, 429, "status_429"), (529, 529, "status_5xx"),
                                                        (500, 500, "status_5xx")])
 async def test_retryable_statuses(anthropic_backend: AnthropicBackend, fake_anthropic: FakeAnthropic,
                                   status: int, out: int, reason: str) -> None:
@@ -217,8 +219,22 @@ async def test_stream_error_event_mid_stream(anthropic_backend: AnthropicBackend
         async for chunk in anthropic_backend.chat_stream(chat(), T):
             got.append(chunk)
     assert content_of(got) == "echo: "
-    assert (e.value.status, e.value.retryable) == (503, False) and "Overloaded" in e.value.message
+    assert (e.value.status, e.value.retryable) == (529, False) and "Overloaded" in e.value.message
+    assert e.value.to_gateway_error().type == "overloaded_error"
     assert value(metrics, "gateway_upstream_errors_total", backend="claude", reason="status_5xx") == 1
+
+
+@pytest.mark.parametrize("after", [1, 2, 3])  # after message_start, ping, an empty text block's start
+async def test_stream_error_event_before_content_is_retryable(anthropic_backend: AnthropicBackend,
+                                                              fake_anthropic: FakeAnthropic, after: int) -> None:
+    """No chunk has gone out yet, so the router may retry it like an error status (it used to send the role
+    chunk at message_start, which made the error final)."""
+    fake_anthropic.stream_error_after = after
+    got: list[dict] = []
+    with pytest.raises(BackendError) as e:
+        async for chunk in anthropic_backend.chat_stream(chat(), T):
+            got.append(chunk)
+    assert got == [] and (e.value.status, e.value.retryable) == (529, True)
 
 
 async def test_cut_stream(anthropic_backend: AnthropicBackend, fake_anthropic: FakeAnthropic) -> None:
@@ -304,7 +320,8 @@ async def test_malformed_stream_event_is_protocol_error(metrics: Metrics, bad: b
     try:
         with pytest.raises(BackendError) as e:
             await collect(backend.chat_stream(chat(), T))
-        assert (e.value.reason, e.value.status, e.value.retryable) == ("protocol", 502, False)
+        # Nothing went out before the bad event (the role chunk waits for content): a retry is still safe.
+        assert (e.value.reason, e.value.status, e.value.retryable) == ("protocol", 502, True)
         assert value(metrics, "gateway_upstream_errors_total", backend="raw", reason="protocol") == 1
     finally:
         await backend.close()

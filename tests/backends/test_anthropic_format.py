@@ -16,6 +16,7 @@ from gateway.backends.anthropic_format import (
 from gateway.backends.base import BackendError
 
 EPHEMERAL = {"type": "ephemeral"}
+HOUR = {"type": "ephemeral", "ttl": "1h"}
 
 
 def translate(**body: object) -> dict:
@@ -47,7 +48,7 @@ def test_system_messages_become_system() -> None:
 def test_cache_control_on_system_parts_messages_and_tools() -> None:
     out = translate(
         messages=[
-            {"role": "system", "content": [{"type": "text", "text": "static rules", "cache_control": EPHEMERAL}]},
+            {"role": "system", "content": [{"type": "text", "text": "static rules", "cache_control": HOUR}]},
             {"role": "user", "content": [{"type": "text", "text": "doc", "cache_control": {"type": "ephemeral",
                                                                                           "ttl": "1h"}},
                                          {"type": "text", "text": "question"}]},
@@ -55,9 +56,9 @@ def test_cache_control_on_system_parts_messages_and_tools() -> None:
             {"role": "user", "content": "next"},
         ],
         tools=[{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
-               {"type": "function", "function": {"name": "b"}, "cache_control": EPHEMERAL}],
+               {"type": "function", "function": {"name": "b"}, "cache_control": HOUR}],
     )
-    assert out["system"] == [{"type": "text", "text": "static rules", "cache_control": EPHEMERAL}]
+    assert out["system"] == [{"type": "text", "text": "static rules", "cache_control": HOUR}]
     assert out["messages"][0]["content"][0] == {"type": "text", "text": "doc",
                                                 "cache_control": {"type": "ephemeral", "ttl": "1h"}}
     assert "cache_control" not in out["messages"][0]["content"][1]
@@ -66,7 +67,7 @@ def test_cache_control_on_system_parts_messages_and_tools() -> None:
     assert out["messages"][2] == {"role": "user", "content": "next"}
     assert "cache_control" not in out["tools"][0]
     assert out["tools"][1] == {"name": "b", "input_schema": {"type": "object", "properties": {}},
-                               "cache_control": EPHEMERAL}
+                               "cache_control": HOUR}
 
 
 def test_images_data_and_http() -> None:
@@ -229,7 +230,7 @@ def test_error_envelope_mapping() -> None:
     assert anthropic_error_envelope(400, raw) == {"error": {"message": "max_tokens: Field required",
                                                             "type": "invalid_request_error", "param": None,
                                                             "code": None}}
-    assert anthropic_error_envelope(502, b"Bad Gateway")["error"]["message"] == "upstream answered HTTP 502: Bad Gateway"
+    assert anthropic_error_envelope(502, b"Bad Gateway")["error"]["message"] == "upstream answered HTTP 502"
 
 
 def _events() -> list[tuple[str, dict]]:
@@ -281,7 +282,7 @@ def test_stream_translation_without_usage_chunk() -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
-@pytest.mark.parametrize(("kind", "status", "retryable"), [("overloaded_error", 503, True),
+@pytest.mark.parametrize(("kind", "status", "retryable"), [("overloaded_error", 529, True),
                                                             ("rate_limit_error", 429, True),
                                                             ("invalid_request_error", 400, False)])
 def test_stream_error_event(kind: str, status: int, retryable: bool) -> None:
@@ -290,7 +291,12 @@ def test_stream_error_event(kind: str, status: int, retryable: bool) -> None:
         translator.feed("error", {"type": "error", "error": {"type": kind, "message": "boom"}})
     assert (e.value.status, e.value.retryable) == (status, retryable)
     assert e.value.body["error"]["type"] == kind
-    translator.feed(*_events()[0])
+    assert translator.feed(*_events()[0]) == []  # message_start: nothing goes out before content
+    with pytest.raises(BackendError) as e:
+        translator.feed("error", {"type": "error", "error": {"type": kind, "message": "boom"}})
+    assert e.value.retryable == retryable
+    assert translator.feed("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "text_delta", "text": "hi"}})
     with pytest.raises(BackendError) as e:
         translator.feed("error", {"type": "error", "error": {"type": kind, "message": "boom"}})
     assert not e.value.retryable  # a chunk already went out

@@ -54,7 +54,7 @@ def requests(draw):
                              **({"summarizer": "s"} if draw(st.booleans()) else {})},
             "documents": {"dedup": draw(st.booleans()),
                           **({"max_tokens": draw(st.integers(1, 400))} if draw(st.booleans()) else {})},
-            "system": {"max_share": draw(st.floats(0.05, 1.0))},
+            **({"system": {"max_share": draw(st.floats(0.05, 1.0))}} if draw(st.booleans()) else {}),
         },
         "ordering": {"enabled": draw(st.booleans())},
     }
@@ -89,6 +89,11 @@ def test_budget_is_never_exceeded(case) -> None:
     assert total <= window - reserved
     assert total == assembled.report.total
     assert out[len(out) - len(conversation.query):] == conversation.query  # the query is kept whole
+    system = out[: len(conversation.system)]
+    if "system" not in raw_config["compression"]:  # pruning not asked for: the system prompt is kept verbatim
+        assert system == conversation.system
+    else:  # pruned, if at all, never to nothing
+        assert all(m["content"].strip() for m in system)
     for i, m in enumerate(out):  # every tool result still follows its call
         if m.get("role") == "tool":
             j = i - 1
@@ -116,11 +121,11 @@ def many_docs(n: int = 30) -> list[Document]:
     [("balanced", 0.25, 0.5), ("context_heavy", 0.125, 0.65), ("output_heavy", 0.5, 0.4)],
 )
 def test_each_strategy_reserves_output_and_splits_the_rest(strategy: str, output_share: float, doc_share: float) -> None:
-    from gateway.context.stage import reserve_output
+    from gateway.context.stage import Target, reserve_output
 
     window = 8000
     config = parse_context_config({"budget": {"strategy": strategy}}, "r")
-    reserved, key = reserve_output({"messages": []}, config, None, window)
+    reserved, key = reserve_output({"messages": []}, config, Target("openai", "m", False, None), window)
     assert reserved == int(window * output_share) and key is None
     messages = long_history(80)
     _, assembled = assemble(COUNTER, {"budget": {"strategy": strategy}, "compression": {
@@ -141,14 +146,15 @@ def test_a_part_that_needs_less_than_its_share_leaves_the_rest() -> None:
 
 
 def test_client_max_tokens_is_reserved_and_policy_caps_it() -> None:
-    from gateway.context.stage import reserve_output
+    from gateway.context.stage import Target, reserve_output
 
     config = parse_context_config({"budget": {"max_output_tokens": 300}}, "r")
-    assert reserve_output({"max_tokens": 100}, config, None, 4000) == (100, "max_tokens")
-    assert reserve_output({"max_completion_tokens": 900}, config, None, 4000) == (300, "max_completion_tokens")
-    assert reserve_output({}, config, None, 4000) == (300, None)
+    target = Target("openai", "m", False, None)
+    assert reserve_output({"max_tokens": 100}, config, target, 4000) == (100, "max_tokens")
+    assert reserve_output({"max_completion_tokens": 900}, config, target, 4000) == (300, "max_completion_tokens")
+    assert reserve_output({}, config, target, 4000) == (300, None)
     with pytest.raises(GatewayError) as err:
-        reserve_output({"max_tokens": 0}, config, None, 4000)
+        reserve_output({"max_tokens": 0}, config, target, 4000)
     assert err.value.status == 400 and err.value.param == "max_tokens"
 
 
@@ -217,6 +223,33 @@ def test_system_prompt_is_pruned_by_rule_priority_only_when_over_its_share() -> 
     assert "必须使用礼貌用语。" in kept
     assert "You may use bullet points." not in kept and "可以适当使用表情符号。" not in kept
     assert kept == [line for line in system.split("\n") if line in kept]  # order preserved
+
+
+def test_system_prompt_is_never_pruned_unless_the_route_asks() -> None:
+    """The defect: a long system prompt over half the input was pruned to almost nothing by default."""
+    system = "Background: the shop sells bicycles and repairs them in three cities.\n" * 300
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Summarise"}]
+    _, a = assemble(COUNTER, {"budget": {}}, 8192, 2048, messages, [])
+    assert a.messages == messages and a.report.system == COUNTER.count_message(messages[0])
+    with pytest.raises(GatewayError) as err:  # cannot fit: the client hears it, nothing is cut
+        assemble(COUNTER, {"budget": {}}, 3000, 500, messages, [])
+    assert err.value.code == "context_length_exceeded"
+    # Asked for by the route, pruning drops lines but never empties the prompt.
+    _, pruned = assemble(COUNTER, {"compression": {"system": {"max_share": 0.05}}}, 3000, 500, messages, [])
+    assert 0 < len(pruned.messages[0]["content"]) < len(system)
+    with pytest.raises(GatewayError):  # one line: pruning would leave nothing, so it stays whole and is a 400
+        assemble(COUNTER, {"compression": {"system": {"max_share": 0.05}}}, 3000, 500,
+                 [{"role": "system", "content": "x " * 3000}, messages[1]], [])
+
+
+def test_unknown_window_takes_no_destructive_step() -> None:
+    messages = long_history(40)
+    docs = many_docs(20)
+    _, a = assemble(COUNTER, {"compression": {"conversation": {"keep_recent": 1}}}, None, None, messages, docs)
+    r = a.report
+    assert r.messages_dropped == r.messages_summarized == r.documents_dropped == r.documents_truncated == 0
+    assert [m for m in a.messages if m in messages] == messages
+    assert r.documents_kept == 20 and a.report.header().startswith("window=unknown; output=default;")
 
 
 def test_documents_are_deduplicated_ordered_by_score_and_cut_at_a_sentence() -> None:

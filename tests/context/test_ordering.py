@@ -59,10 +59,34 @@ def test_breakpoints_need_the_providers_minimum_prefix() -> None:
     assert tools == [tool("f")] and messages == conversation()  # inputs are not mutated
 
 
-def test_breakpoint_walks_back_past_messages_without_text() -> None:
-    out, _, added = add_breakpoints(conversation(), None, [(2, 3000)], 0, 1024)
-    assert added == 1
-    assert out[1]["content"] == [{"type": "text", "text": "q1", "cache_control": EPHEMERAL}]
+def test_messages_without_text_are_marked_whole() -> None:
+    """An assistant tool call or a tool result carries the marker on the message (it lands on the tool_use /
+    tool_result block), so the breakpoint sits exactly at the boundary, not earlier."""
+    messages = [*conversation()[:3], {"role": "tool", "tool_call_id": "c", "content": "sunny"}]
+    out, _, added = add_breakpoints(messages, None, [(2, 3000), (3, 3100)], 0, 1024)
+    assert added == 2 and out[1] == messages[1]
+    assert out[2] == {**messages[2], "cache_control": EPHEMERAL}
+    assert out[3] == {**messages[3], "cache_control": EPHEMERAL}
+
+
+def test_added_breakpoints_never_precede_a_clients_one_hour_marker() -> None:
+    """Anthropic rejects a 5-minute entry before a 1-hour one: added (5-minute) markers go after the client's
+    last 1-hour marker, or nowhere."""
+    long = {"type": "ephemeral", "ttl": "1h"}
+    messages = conversation()
+    messages[0] = {"role": "system", "content": [{"type": "text", "text": "rules", "cache_control": long}]}
+    out, tools, added = add_breakpoints(messages, [tool("a")], [(0, 5000), (3, 9000)], 4000, 1024)
+    assert added == 1 and "cache_control" in out[3]["content"][-1] and tools == [tool("a")]
+    # A 1-hour marker on the history: neither the tools nor the system prompt before it get one.
+    messages = conversation()
+    messages[3] = {**messages[3], "cache_control": long}
+    out, tools, added = add_breakpoints(messages, [tool("a")], [(0, 5000), (3, 9000)], 4000, 1024)
+    assert added == 0 and out == messages and tools == [tool("a")]
+    # The system message is hoisted to Anthropic's system block: it precedes every turn whatever its index.
+    messages = conversation() + [{"role": "system", "content": [{"type": "text", "text": "late",
+                                                                 "cache_control": long}]}]
+    out, _, added = add_breakpoints(messages, None, [(3, 9000)], 0, 1024)
+    assert added == 1 and "cache_control" in out[3]["content"][-1]
 
 
 def test_never_more_than_four_markers_counting_the_clients() -> None:
