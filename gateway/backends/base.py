@@ -62,7 +62,9 @@ class BackendError(Exception):
         if self.reason == "timeout":
             return GatewayError(504, self.message, "timeout_error", "upstream_timeout")
         status = self.status if 400 <= self.status < 600 else 502
-        return GatewayError(status, self.message, "upstream_error", self.reason, headers=headers)
+        # The upstream's own error type when it named one (Anthropic's overloaded_error, api_error, ...).
+        kind = str(err["type"]) if isinstance(err, dict) and err.get("type") else "upstream_error"
+        return GatewayError(status, self.message, kind, self.reason, headers=headers)
 
 
 class Backend(Protocol):

@@ -295,9 +295,8 @@ class HTTPUpstream:
         retry_after = parse_retry_after(resp.headers)
         if status == 429:
             return BackendError("status_429", message, 429, True, body, retry_after)
-        if status >= 500:
-            status_out = 503 if status == 529 else status  # 529: Anthropic's "overloaded"
-            return BackendError("status_5xx", message, status_out, True, body, retry_after)
+        if status >= 500:  # Anthropic's 529 (overloaded_error) stays a 529, its type kept in `body`
+            return BackendError("status_5xx", message, status, True, body, retry_after)
         return BackendError("status_4xx", message, status, False, body)
 
     def _timeout(self, what: str, retryable: bool) -> BackendError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
@@ -46,11 +47,17 @@ def attempt_order(route: Route, inflight: dict[str, int], rng: random.Random) ->
 
 
 def backoff_delay(route: Route, attempt: int, retry_after: float | None) -> float:
+    """Seconds before the next try of the same backend: never sooner than the upstream's Retry-After."""
     delay = min(route.backoff.max_s, route.backoff.base_s * (2**attempt))
     delay *= 0.5 + random.random() / 2  # jitter, so retries from many requests do not arrive together
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, route.backoff.max_s))
-    return delay
+    return delay if retry_after is None else max(delay, retry_after)
+
+
+def waits_too_long(route: Route, retry_after: float | None, elapsed: float) -> bool:
+    """The upstream asked for a longer wait than the route allows (backoff.max_s, or what is left of
+    timeouts.total): then it is not retried, and without a fallback the client gets its 429 and Retry-After
+    at once."""
+    return retry_after is not None and retry_after > min(route.backoff.max_s, route.timeouts.total - elapsed)
 
 
 class Router:
@@ -70,8 +77,11 @@ class Router:
     ) -> tuple[T, str]:
         """Run `op` on backends by the route's plan until one succeeds; returns (result, backend name)."""
         last: BackendError | None = None
+        began = time.monotonic()
         for name, attempt in self._plan(route):
             if last is not None and attempt > 0:
+                if waits_too_long(route, last.retry_after, time.monotonic() - began):
+                    continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
                 await asyncio.sleep(backoff_delay(route, attempt - 1, last.retry_after))
             self.inflight.enter(name)
             try:
@@ -94,8 +104,11 @@ class Router:
         and call `self.inflight.leave(name)` when done.
         """
         last: BackendError | None = None
+        began = time.monotonic()
         for name, attempt in self._plan(route):
             if last is not None and attempt > 0:
+                if waits_too_long(route, last.retry_after, time.monotonic() - began):
+                    continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
                 await asyncio.sleep(backoff_delay(route, attempt - 1, last.retry_after))
             stream = op(pool.get(name))
             self.inflight.enter(name)

@@ -361,7 +361,7 @@ def test_upstream_429_after_retries_keeps_retry_after(fake_openai, serve_gateway
     with pytest.raises(openai.RateLimitError) as e:
         client(srv).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x"}])
     assert e.value.response.headers["retry-after"] == "7"
-    assert fake.request_count == 2
+    assert fake.request_count == 1  # 7 s is more than the route's backoff allows: answered at once, not retried
 
 
 def test_upstream_auth_failure_is_the_gateways_502_not_the_clients_401(gw) -> None:
