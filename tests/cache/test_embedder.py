@@ -1,0 +1,139 @@
+"""The embedder computes what sentence-transformers computes for all-MiniLM-L6-v2, on both of its runners.
+
+The reference is the library the model was published for (`SentenceTransformer(...).encode(normalize_embeddings=
+True)`); the gateway's runners (ONNX Runtime by default, torch as the fallback) must agree with it to a cosine of
+0.9999 on every sentence, alone (a lookup at C=1) and inside padded batches of mixed lengths (micro-batching).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gateway.cache.embedder as embedder_module
+from gateway.cache.embedder import DIM, MAX_TOKENS, MiniLMEmbedder, model_dir
+
+MIN_COSINE = 0.9999
+
+SENTENCES = [
+    "How do I reset my password?",
+    "how do i reset my password",
+    "What is the capital of France?",
+    "What is the capital of France",
+    "For how many years am I covered if it breaks?",
+    "How long is the warranty?",
+    "Is 3 greater than 5?",
+    "Is 5 greater than 3?",
+    "Book a flight from Paris to Berlin on 12 March.",
+    "Book a flight from Berlin to Paris on 21 March.",
+    "Can part-time employees get health insurance?",
+    "I can't log in: the app says ERR_CONN_RESET after the 2.4.1 update!!!",
+    "x",
+    "",
+    "   ",
+    "Ünïcödé ﬁle names and emoji 🙂 in a question?",
+    "a3f9c2e1b7d4" * 25,  # an opaque token far longer than any word piece
+    "The quick brown fox jumps over the lazy dog. " * 60,  # far past the 256-token window: truncated
+    "Summarise this: " + "the committee met again and postponed the decision. " * 20,
+    "如何重置我的密码？",
+    "我的密码怎么重置",
+    "法国的首都是哪里？",
+    "保修期是多长时间？",
+    "如果坏了，我能保修几年？",
+    "3比5大吗？",
+    "从上海到北京的航班什么时候起飞？",
+    "兼职员工可以享受医疗保险吗？",
+    "今天天气怎么样？我想去公园散步，但是担心会下雨。",
+    "请把这段话翻译成英文：我们明天上午十点开会。",
+    "用 Python 怎么读取 JSON 文件？",
+    "What does 机器学习 mean in English?",
+    "Comment réinitialiser mon mot de passe ?",
+    "¿Cuál es la capital de Francia?",
+    "SELECT * FROM users WHERE id = 42;",
+    "https://example.com/a/very/long/path?with=query&and=more#fragment",
+    "Tell me a joke about cats.",
+]
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir()), device="cpu")
+    assert model.max_seq_length == MAX_TOKENS
+    return np.asarray(model.encode(SENTENCES, batch_size=8, normalize_embeddings=True), dtype=np.float32)
+
+
+def assert_matches(vectors: np.ndarray, reference: np.ndarray) -> None:
+    assert vectors.dtype == np.float32 and vectors.shape == reference.shape
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    cosines = np.sum(vectors * reference, axis=1)
+    worst = int(np.argmin(cosines))
+    assert cosines[worst] >= MIN_COSINE, (SENTENCES[worst], float(cosines[worst]))
+
+
+def each_way(embedder: MiniLMEmbedder) -> list[np.ndarray]:
+    """Every sentence alone, all in one padded batch, and in uneven micro-batches."""
+    alone = np.concatenate([embedder.encode([s]) for s in SENTENCES])
+    together = embedder.encode(SENTENCES)
+    uneven = np.concatenate([embedder.encode(SENTENCES[i:i + 7]) for i in range(0, len(SENTENCES), 7)])
+    return [alone, together, uneven]
+
+
+def test_default_runner_is_onnx_and_matches_sentence_transformers(embedder, reference) -> None:
+    assert embedder.backend == "onnx"
+    for vectors in each_way(embedder):
+        assert_matches(vectors, reference)
+
+
+def test_torch_runner_matches_sentence_transformers(reference) -> None:
+    torch_embedder = MiniLMEmbedder(backend="torch")
+    assert torch_embedder.backend == "torch"
+    for vectors in each_way(torch_embedder):
+        assert_matches(vectors, reference)
+
+
+def test_texts_past_the_window_embed_like_their_first_256_word_pieces(embedder) -> None:
+    long = "The quick brown fox jumps over the lazy dog. " * 60
+    longer = long + "But this last sentence, past the window, is never read."
+    a, b = embedder.encode([long, longer])
+    assert float(a @ b) > 0.99999
+
+
+def test_no_texts_no_rows(embedder) -> None:
+    out = embedder.encode([])
+    assert out.shape == (0, DIM) and out.dtype == np.float32
+
+
+def test_export_is_kept_and_reused_and_a_damaged_copy_is_replaced(tmp_path: Path, monkeypatch, reference) -> None:
+    key = embedder_module._weights_key(model_dir())
+    target = tmp_path / f"all-MiniLM-L6-v2-{key}.onnx"
+    target.write_bytes(b"not an onnx graph")  # a damaged file where the cached graph should be
+    first = MiniLMEmbedder(directory=tmp_path)
+    assert first.backend == "onnx" and target.stat().st_size > 80_000_000
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary file left behind
+
+    def no_export(*_: object) -> bytes:
+        raise AssertionError("exported again although a good graph was cached")
+
+    monkeypatch.setattr(embedder_module, "export_onnx", no_export)
+    second = MiniLMEmbedder(directory=tmp_path)
+    assert second.backend == "onnx"
+    assert_matches(second.encode(SENTENCES), reference)
+
+
+def test_without_onnx_runtime_it_falls_back_to_torch(tmp_path: Path, monkeypatch, reference) -> None:
+    def unavailable(*_: object) -> None:
+        raise ImportError("No module named 'onnxruntime'")
+
+    monkeypatch.setattr(embedder_module, "onnx_forward", unavailable)
+    fallback = MiniLMEmbedder(directory=tmp_path)
+    assert fallback.backend == "torch"
+    assert_matches(fallback.encode(SENTENCES), reference)
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="onnx or torch"):
+        MiniLMEmbedder(backend="tensorrt")
