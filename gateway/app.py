@@ -36,14 +36,28 @@ def create_app(policy: Policy, *, redis_url: str | None = None, policy_path: str
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)
     app.router.add_get("/v1/models", handlers.list_models)
+    app.router.add_get("/v1/models/{model:.+}", handlers.retrieve_model)
     app.router.add_get("/health", handlers.health)
-    app.router.add_get("/ready", handlers.ready)
-    app.router.add_get("/metrics", handlers.metrics)
+    ops = server.ops
+    if ops.port is None:
+        _add_ops_routes(app)
     app.router.add_delete("/admin/cache", handlers.admin_cache_purge)
     app.router.add_get("/admin/cache/stats", handlers.admin_cache_stats)
 
     async def lifecycle(app: web.Application):
         await gateway.start()
+        ops_runner = None
+        if ops.port is not None:
+            # /ready and /metrics on their own listener (an internal interface, say), and not on the main one.
+            # reuse_port: with --workers N every worker binds it, like the main port.
+            ops_app = web.Application(middlewares=[handlers.envelope_middleware])
+            ops_app[GATEWAY] = gateway
+            ops_app.router.add_get("/health", handlers.health)
+            _add_ops_routes(ops_app)
+            ops_runner = web.AppRunner(ops_app, access_log=None)
+            await ops_runner.setup()
+            await web.TCPSite(ops_runner, ops.host or "127.0.0.1", ops.port, reuse_port=True).start()
+            log.info("/ready and /metrics served on http://%s:%d", ops.host or "127.0.0.1", ops.port)
         watcher = None
         if policy_path is not None:
             from gateway.config.reload import PolicyWatcher
@@ -53,10 +67,17 @@ def create_app(policy: Policy, *, redis_url: str | None = None, policy_path: str
         yield
         if watcher is not None:
             await watcher.stop()
+        if ops_runner is not None:
+            await ops_runner.cleanup()
         await gateway.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+def _add_ops_routes(app: web.Application) -> None:
+    app.router.add_get("/ready", handlers.ready)
+    app.router.add_get("/metrics", handlers.metrics)
 
 
 # Requests the HTTP parser refuses (header line too long, too many headers, a malformed request line) never

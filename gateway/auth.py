@@ -27,6 +27,8 @@ class Authenticator:
             for key in tenant.api_keys:
                 self._by_digest[key_digest(key)] = tenant
         self._admin = [key_digest(k) for k in policy.server.admin_keys]
+        self._ops = [key_digest(k) for k in policy.server.ops.keys]
+        self._ops_auth = policy.server.ops.auth
         self.open = not self._by_digest
 
     def tenant_for(self, authorization: str | None) -> TenantConfig:
@@ -43,6 +45,19 @@ class Authenticator:
         if tenant is None or not any(hmac.compare_digest(digest, key_digest(k)) for k in tenant.api_keys):
             raise GatewayError(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
         return tenant
+
+    def check_ops(self, authorization: str | None) -> None:
+        """/ready and /metrics: open, or behind the admin keys, or behind the ops keys (admin keys work too)."""
+        if self._ops_auth == "open":
+            return
+        key = _bearer(authorization)
+        if key is None:
+            raise GatewayError(401, "Missing key: send 'Authorization: Bearer <key>'.", "invalid_request_error",
+                               "missing_api_key")
+        digest = key_digest(key)
+        allowed = self._admin + (self._ops if self._ops_auth == "key" else [])
+        if not any(hmac.compare_digest(digest, a) for a in allowed):
+            raise GatewayError(401, "Incorrect key provided.", "invalid_request_error", "invalid_api_key")
 
     def check_admin(self, authorization: str | None) -> None:
         key = _bearer(authorization)

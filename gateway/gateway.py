@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from gateway.auth import Authenticator
 from gateway.backends.base import Backend
+from gateway.config.errors import PolicyRefused
 from gateway.config.schema import Policy
 from gateway.embedded_redis import EmbeddedRedis
 from gateway.limits import RateLimiter
@@ -72,7 +73,9 @@ class Gateway:
         backends, _ = await Backends.build(policy, self.metrics)
         self.snapshot = Snapshot(policy, Authenticator(policy), backends)
         if self.snapshot.auth.open:
-            log.warning("no API keys configured: the gateway is open and serves everyone as tenant 'default'")
+            log.warning("no API keys configured: the gateway is open and serves everyone as tenant 'default'%s",
+                        " (auth: {open: true})" if policy.auth_open else
+                        "; say `auth: {open: true}` in the policy if that is meant")
         resources = Resources(
             redis=self.redis, metrics=self.metrics, data_dir=Path(policy.server.data_dir),
             get_policy=lambda: self.snapshot.policy, backends=_LiveBackends(self), http=self.http,
@@ -100,8 +103,12 @@ class Gateway:
         """Swap to a new policy; unchanged backends are kept, replaced ones close after their requests."""
         if policy.redis.url != self._initial_policy.redis.url:
             log.warning("redis.url changed in the policy; it takes effect on restart")
+        auth = Authenticator(policy)
+        if auth.open and not self.snapshot.auth.open and not policy.auth_open:
+            raise PolicyRefused("it has no API keys, so it would open a keyed gateway to everyone; "
+                                "add `auth: {open: true}` to the policy if that is meant")
         backends, retired = await Backends.build(policy, self.metrics, reuse=self.snapshot.backends)
-        self.snapshot = Snapshot(policy, Authenticator(policy), backends)
+        self.snapshot = Snapshot(policy, auth, backends)
         self._models = (0.0, [])
         if retired:
             self._retired.extend(retired)  # closed after a grace period, or at shutdown if that comes first

@@ -200,7 +200,8 @@ async def _relay_stream(
                 # Headers are gone: report in-band the way OpenAI does, and end without [DONE]. Chunks of the
                 # wrong shape are BackendErrors already (checked at the backend edge); anything else raised
                 # here is the gateway's own bug and goes to the middleware, which also ends the stream in-band.
-                err = e.to_gateway_error()
+                e.backend = name
+                err = _backend_failure(e, request)
                 request[STATUS] = str(err.status)
                 await out.close(sse_event(err.body()))
                 await response.write_eof()
@@ -245,19 +246,37 @@ async def list_models(request: web.Request) -> web.Response:
     ]})
 
 
+async def retrieve_model(request: web.Request) -> web.Response:
+    """`GET /v1/models/{id}`: the model as /v1/models lists it, or 404 as OpenAI answers."""
+    gw = request.app[GATEWAY]
+    gw.snapshot.auth.tenant_for(request.headers.get("Authorization"))
+    model = request.match_info["model"]
+    owner = dict(await gw.models()).get(model)
+    route = gw.snapshot.policy.route_for(model)
+    if owner is None and route is None:
+        raise GatewayError(404, f"The model '{model}' does not exist", "invalid_request_error", "model_not_found",
+                           "model")
+    owner = owner or route.backends[0].name  # type: ignore[union-attr]  # a glob route would serve it
+    return json_response({"id": model, "object": "model", "created": 0, "owned_by": owner})
+
+
 async def health(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
 
 async def ready(request: web.Request) -> web.Response:
-    reasons = await request.app[GATEWAY].readiness()
+    gw = request.app[GATEWAY]
+    gw.snapshot.auth.check_ops(request.headers.get("Authorization"))
+    reasons = await gw.readiness()
     if reasons:
         return json_response({"status": "unavailable", "reasons": reasons}, status=503)
     return json_response({"status": "ready"})
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[GATEWAY].metrics.render(), content_type="text/plain", charset="utf-8")
+    gw = request.app[GATEWAY]
+    gw.snapshot.auth.check_ops(request.headers.get("Authorization"))
+    return web.Response(body=gw.metrics.render(), content_type="text/plain", charset="utf-8")
 
 
 async def admin_cache_purge(request: web.Request) -> web.Response:
@@ -308,9 +327,18 @@ def _gateway_error(e: Exception, request: web.Request) -> GatewayError:
     if isinstance(e, GatewayError):
         return e
     if isinstance(e, BackendError):
-        return e.to_gateway_error()
+        return _backend_failure(e, request)
     log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request[REQUEST_ID])
     return GatewayError(500, "The gateway hit an internal error.", "server_error", "internal_error")
+
+
+def _backend_failure(e: BackendError, request: web.Request) -> GatewayError:
+    """The tenant's view of a backend failure (generic, with the request id); the details go to the log."""
+    request_id = request[REQUEST_ID]
+    if e.backend is not None:
+        request[BACKEND] = e.backend
+    log.warning("request %s: backend %s failed (%s): %s", request_id, e.backend, e.reason, e.message)
+    return e.to_gateway_error(request_id)
 
 
 async def _error_response(request: web.Request, err: GatewayError) -> web.StreamResponse:

@@ -23,6 +23,9 @@ class BackendError(Exception):
     bad_request / unsupported for requests a backend cannot express (400, not retried, not counted).
     `retryable` says whether retries/fallbacks may try again (connect errors, 429, 5xx, timeouts before the
     first byte). `body` is the upstream's error envelope when it sent one, passed through for 4xx.
+    `message` is for the log (it may name internal URLs or quote an upstream's error page); clients get a
+    generic message with their request id (see `to_gateway_error`). `backend` is set by the router to the
+    backend that produced the error.
     """
 
     def __init__(
@@ -41,16 +44,23 @@ class BackendError(Exception):
         self.retryable = retryable
         self.body = body
         self.retry_after = retry_after
+        self.backend: str | None = None
 
-    def to_gateway_error(self) -> GatewayError:
+    def to_gateway_error(self, request_id: str | None = None) -> GatewayError:
         headers = {"Retry-After": str(max(1, round(self.retry_after)))} if self.retry_after is not None else None
+        ref = f" (request id {request_id})" if request_id else ""
         if self.status in (401, 403):
             # The upstream refused the gateway's own credentials: not the client's key, and its message may
             # quote part of ours.
-            return GatewayError(502, f"the upstream refused the gateway's credentials ({self.status})",
+            return GatewayError(502, f"The upstream refused the gateway's credentials ({self.status}){ref}.",
                                 "upstream_error", "upstream_auth_error")
         err = (self.body or {}).get("error") if isinstance(self.body, dict) else None
-        if isinstance(err, dict) and 400 <= self.status < 500:
+        if self.reason in OWN_REASONS:  # the gateway's own words about the request: safe and useful
+            return GatewayError(self.status, self.message, "invalid_request_error" if self.status < 500 else
+                                "upstream_error", self.reason, err.get("param") if isinstance(err, dict) else None,
+                                headers=headers)
+        if isinstance(err, dict) and 400 <= self.status < 500 and self.status != 429:
+            # The upstream's explanation of the client's own mistake (a bad parameter, a prompt too long).
             return GatewayError(
                 self.status,
                 str(err.get("message", self.message)),
@@ -60,11 +70,25 @@ class BackendError(Exception):
                 headers,
             )
         if self.reason == "timeout":
-            return GatewayError(504, self.message, "timeout_error", "upstream_timeout")
+            return GatewayError(504, f"The upstream did not answer in time{ref}.", "timeout_error", "upstream_timeout")
         status = self.status if 400 <= self.status < 600 else 502
         # The upstream's own error type when it named one (Anthropic's overloaded_error, api_error, ...).
         kind = str(err["type"]) if isinstance(err, dict) and err.get("type") else "upstream_error"
-        return GatewayError(status, self.message, kind, self.reason, headers=headers)
+        message = GENERIC_MESSAGES.get(self.reason, "The upstream failed") + (
+            f" (HTTP {self.status})" if self.reason.startswith("status_") else "")
+        return GatewayError(status, message + ref + ".", kind, self.reason, headers=headers)
+
+
+# What a tenant is told about an upstream failure; the details (URLs, upstream error pages) go to the log.
+GENERIC_MESSAGES = {
+    "connect": "The upstream could not be reached",
+    "protocol": "The upstream sent a malformed response",
+    "status_429": "The upstream is rate limiting the gateway",
+    "status_4xx": "The upstream refused the request",
+    "status_5xx": "The upstream failed",
+}
+# Reasons whose message the gateway wrote itself about the client's request (never upstream text).
+OWN_REASONS = frozenset({"bad_request", "unsupported", "overloaded"})
 
 
 class Backend(Protocol):

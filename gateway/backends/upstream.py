@@ -70,9 +70,9 @@ def openai_error_envelope(status: int, raw: bytes) -> dict:
                 return error_body(value, kind)
             if value is not None and key == "detail":
                 return error_body(orjson.dumps(value).decode(), kind)
-    text = raw[:500].decode("utf-8", "replace").strip()
-    message = f"upstream answered HTTP {status}" + (f": {text}" if text else "")
-    return error_body(message, kind)
+    # Not JSON: an HTML page from a proxy, say. Its text stays out of the envelope (clients may see the
+    # envelope's message); _status_error puts a preview in the logged message.
+    return error_body(f"upstream answered HTTP {status}", kind)
 
 
 class HTTPUpstream:
@@ -291,7 +291,9 @@ class HTTPUpstream:
         finally:
             resp.release()
         body = self._envelope(status, raw)
-        message = str(body["error"].get("message"))
+        preview = raw[:500].decode("utf-8", "replace").strip()
+        # For the log only (tenants get a generic message): which URL, and what the upstream said.
+        message = f"{resp.method} {resp.url} answered HTTP {status}: {preview or '(empty body)'}"
         retry_after = parse_retry_after(resp.headers)
         if status == 429:
             return BackendError("status_429", message, 429, True, body, retry_after)

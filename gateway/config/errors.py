@@ -14,3 +14,8 @@ class PolicyError(Exception):
     def __str__(self) -> str:
         where = f"{self.filename or '<policy>'}:{self.line}" if self.line is not None else (self.filename or "<policy>")
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class PolicyRefused(Exception):
+    """A valid policy that may not replace the running one on reload (it would drop every API key without
+    saying `auth: {open: true}`). The running policy stays."""

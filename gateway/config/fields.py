@@ -108,6 +108,15 @@ class Checker:
             return None
         return float(value)
 
+    def get_bool(self, m: dict, key: str, path: str, default: bool = False) -> bool:
+        value = m.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            return default
+        if not isinstance(value, bool):
+            self.error(join(path, key), f"expected true or false, got {describe(value)}")
+            return default
+        return value
+
     def get_str_list(self, m: dict, key: str, path: str, *, drop_empty: bool = False) -> list[str]:
         """A list of non-empty strings; drop_empty removes "" items (env vars that expanded to nothing)."""
         value = m.get(key)

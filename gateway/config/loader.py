@@ -17,13 +17,25 @@ from urllib.parse import urlsplit
 from gateway.config.errors import PolicyError
 from gateway.config.fields import Checker
 from gateway.config.route_parser import parse_routes
-from gateway.config.schema import BackendConfig, Limits, Policy, RedisConfig, ServerConfig, TenantConfig
+from gateway.config.schema import (
+    BackendConfig,
+    Limits,
+    OpsConfig,
+    Policy,
+    RedisConfig,
+    ServerConfig,
+    TenantConfig,
+)
 from gateway.config.yamltree import expand_vars, join, read_tree
 
-TOP_KEYS = ("redis", "server", "tenants", "backends", "routes")
+TOP_KEYS = ("redis", "server", "tenants", "backends", "routes", "auth")
 REDIS_KEYS = ("url", "timeout_ms")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
-SERVER_KEYS = ("data_dir", "max_body_bytes", "admin_keys", "max_header_bytes", "max_headers", "header_timeout_s")
+SERVER_KEYS = (
+    "data_dir", "max_body_bytes", "admin_keys", "max_header_bytes", "max_headers", "header_timeout_s", "ops",
+)
+OPS_KEYS = ("auth", "keys", "host", "port")
+OPS_AUTH = ("open", "admin", "key")
 TENANT_KEYS = ("name", "api_keys", "limits")
 LIMIT_KEYS = ("rpm", "tpm")
 BACKEND_TYPES = ("openai", "anthropic", "engine")
@@ -98,7 +110,21 @@ def _build(data: Any, check: Checker, base_dir: Path | None) -> Policy | None:
     raw_backends = top.get("backends")
     declared = [str(k) for k in raw_backends] if isinstance(raw_backends, dict) else []
     routes = parse_routes(top.get("routes"), declared, backends, check) if "routes" in top else []
-    return Policy(routes=routes, backends=backends, tenants=tenants, redis=redis, server=server)
+    auth_open = _auth(top.get("auth"), tenants, check)
+    return Policy(routes=routes, backends=backends, tenants=tenants, redis=redis, server=server, auth_open=auth_open)
+
+
+def _auth(raw: Any, tenants: list[TenantConfig], check: Checker) -> bool:
+    """`auth: {open: true}` says the policy means to have no API keys: only such a policy may replace a keyed
+    one on hot reload (a reload that silently drops every key would open the gateway)."""
+    m = check.mapping(raw, "auth", ("open",))
+    if m is None:
+        return False
+    open_ = check.get_bool(m, "open", "auth")
+    keyed = [t.name for t in tenants if t.api_keys]
+    if open_ and keyed:
+        check.error("auth.open", f"open: true, but tenants have API keys ({', '.join(keyed)}); remove one or the other")
+    return open_
 
 
 def _redis(raw: Any, check: Checker) -> RedisConfig:
@@ -132,6 +158,28 @@ def _server(raw: Any, check: Checker, base_dir: Path | None) -> ServerConfig:
     cfg.max_headers = check.get_int(m, "max_headers", "server", cfg.max_headers, minimum=8) or cfg.max_headers
     cfg.header_timeout_s = check.get_number(m, "header_timeout_s", "server", cfg.header_timeout_s, minimum=0,
                                             exclusive=True) or cfg.header_timeout_s
+    cfg.ops = _ops(m.get("ops"), cfg.admin_keys, check)
+    return cfg
+
+
+def _ops(raw: Any, admin_keys: list[str], check: Checker) -> OpsConfig:
+    p = "server.ops"
+    m = check.mapping(raw, p, OPS_KEYS)
+    cfg = OpsConfig()
+    if m is None:
+        return cfg
+    cfg.auth = check.get_choice(m, "auth", p, OPS_AUTH, "open")  # type: ignore[assignment]
+    cfg.keys = check.get_str_list(m, "keys", p, drop_empty=True)
+    cfg.host = check.get_str(m, "host", p)
+    cfg.port = check.get_int(m, "port", p, minimum=1)
+    if cfg.port is not None and cfg.port > 65535:
+        check.error(join(p, "port"), f"must be <= 65535, got {cfg.port}")
+    if cfg.auth == "admin" and not admin_keys:
+        check.error(join(p, "auth"), "auth: admin needs server.admin_keys")
+    if cfg.auth == "key" and not cfg.keys:
+        check.error(join(p, "keys"), "auth: key needs at least one key here")
+    if cfg.host is not None and cfg.port is None:
+        check.error(join(p, "port"), "host needs a port (the ops listener's)")
     return cfg
 
 

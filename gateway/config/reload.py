@@ -16,7 +16,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gateway.config.errors import PolicyError
+from gateway.config.errors import PolicyError, PolicyRefused
 from gateway.config.loader import load_policy
 from gateway.config.schema import Policy
 from gateway.metrics import Metrics
@@ -149,6 +149,10 @@ class PolicyWatcher:
                 result = self.on_change(policy)
                 if inspect.isawaitable(result):
                     await result
+            except PolicyRefused as e:
+                self.metrics.policy_reloads.labels(result="error").inc()
+                log.error("policy reload from %s refused; keeping the current policy: %s", self.path, e)
+                return False
             except Exception:
                 self.metrics.policy_reloads.labels(result="error").inc()
                 log.exception("applying the reloaded policy %s failed; keeping the current policy", self.path)

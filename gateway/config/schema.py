@@ -29,6 +29,16 @@ class RedisConfig:
 
 
 @dataclass(slots=True)
+class OpsConfig:
+    """Who may read /ready and /metrics, and where they are served."""
+
+    auth: Literal["open", "admin", "key"] = "open"  # admin: admin keys only; key: `keys` or admin keys
+    keys: list[str] = field(default_factory=list)  # Bearer keys for /ready and /metrics (auth: key)
+    host: str | None = None  # with port: serve /ready and /metrics on their own listener, not the main one
+    port: int | None = None
+
+
+@dataclass(slots=True)
 class ServerConfig:
     data_dir: Path = Path("~/.local/share/llm-gateway").expanduser()
     max_body_bytes: int = 10 * 1024 * 1024
@@ -36,6 +46,7 @@ class ServerConfig:
     max_header_bytes: int = 8190  # one request line or header line; longer ones get a 400 envelope
     max_headers: int = 64  # header lines per request: with max_header_bytes it bounds the total header size
     header_timeout_s: float = 15.0  # a connection idle this long, or still sending its headers, is closed
+    ops: OpsConfig = field(default_factory=OpsConfig)
 
 
 @dataclass(slots=True)
@@ -110,6 +121,7 @@ class Policy:
     tenants: list[TenantConfig] = field(default_factory=list)
     redis: RedisConfig = field(default_factory=RedisConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    auth_open: bool = False  # `auth: {open: true}`: the policy says openly that it wants no API keys
     source: str = "<policy>"  # file name it came from
     digest: str = ""  # sha256 of the expanded text; changes on every content change
 

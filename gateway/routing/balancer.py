@@ -87,6 +87,7 @@ class Router:
             try:
                 return await op(pool.get(name)), name
             except BackendError as e:
+                e.backend = name  # outcomes are attributed to the backend that produced them
                 if not e.retryable:
                     raise
                 last = e
@@ -118,9 +119,11 @@ class Router:
                 self.inflight.leave(name)
                 await stream.aclose()  # type: ignore[attr-defined]
                 last = BackendError("protocol", f"backend {name} sent an empty stream", 502, retryable=True)
+                last.backend = name
                 self.metrics.upstream_errors.labels(name, "protocol").inc()
                 continue
             except BackendError as e:
+                e.backend = name  # outcomes are attributed to the backend that produced them
                 self.inflight.leave(name)
                 await stream.aclose()  # type: ignore[attr-defined]
                 if not e.retryable:
