@@ -72,6 +72,7 @@ class Gateway:
         self.http = aiohttp.ClientSession(json_serialize=lambda o: orjson.dumps(o).decode())
         backends, _ = await Backends.build(policy, self.metrics)
         self.snapshot = Snapshot(policy, Authenticator(policy), backends)
+        self.metrics.prepare(policy)
         if self.snapshot.auth.open:
             log.warning("no API keys configured: the gateway is open and serves everyone as tenant 'default'%s",
                         " (auth: {open: true})" if policy.auth_open else
@@ -109,6 +110,7 @@ class Gateway:
                                 "add `auth: {open: true}` to the policy if that is meant")
         backends, retired = await Backends.build(policy, self.metrics, reuse=self.snapshot.backends)
         self.snapshot = Snapshot(policy, auth, backends)
+        self.metrics.prepare(policy)
         self._models = (0.0, [])
         if retired:
             self._retired.extend(retired)  # closed after a grace period, or at shutdown if that comes first
@@ -157,25 +159,31 @@ class Gateway:
         self._models = (time.monotonic(), result)
         return result
 
-    async def readiness(self) -> list[str]:
+    async def readiness(self) -> tuple[list[str], list[str]]:
+        """(reasons the gateway cannot serve, degraded parts). Only a route with no live backend (or a stage
+        that cannot work yet) is a reason: Redis is optional (limits and caches fail open) and one dead
+        upstream of several is degraded, not a cause for a load balancer to pull the replica."""
         snap = self.snapshot
         reasons: list[str] = []
+        degraded: list[str] = []
         checks = {name: asyncio.create_task(b.check_ready()) for name, b in snap.backends.items()}
         try:
             await asyncio.wait_for(self.redis.ping(), 1.0)
-        except Exception as e:  # any failure means not ready; the reason says which
-            reasons.append(f"redis: {type(e).__name__}: {e}")
+        except Exception as e:  # any failure is reported; the text says which
+            degraded.append(f"redis: {type(e).__name__}: {e} (limits and caches fail open)")
         status = {name: await task for name, task in checks.items()}
         for route in snap.policy.routes:
             names = [b.name for b in route.backends] + route.fallbacks
+            detail = "; ".join(f"{n}: {status[n]}" for n in names if status.get(n))
             if all(status.get(n) for n in names):
-                detail = "; ".join(f"{n}: {status[n]}" for n in names)
                 reasons.append(f"route {route.name}: no backend reachable ({detail})")
+            elif detail:
+                degraded.append(f"route {route.name}: {detail}")
         for stage in self.stages:  # e.g. the semantic cache while its model loads
             stage_readiness = getattr(stage, "readiness", None)
             if stage_readiness is not None:
                 reasons.extend(stage_readiness())
-        return reasons
+        return reasons, degraded
 
     def cache_admin(self) -> Any:
         return self.stages[0]

@@ -267,10 +267,10 @@ async def health(request: web.Request) -> web.Response:
 async def ready(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     gw.snapshot.auth.check_ops(request.headers.get("Authorization"))
-    reasons = await gw.readiness()
+    reasons, degraded = await gw.readiness()
     if reasons:
-        return json_response({"status": "unavailable", "reasons": reasons}, status=503)
-    return json_response({"status": "ready"})
+        return json_response({"status": "unavailable", "reasons": reasons, "degraded": degraded}, status=503)
+    return json_response({"status": "degraded" if degraded else "ready", "degraded": degraded})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -356,9 +356,14 @@ async def _error_response(request: web.Request, err: GatewayError) -> web.Stream
     return prepared
 
 
+OPS_PATHS = frozenset({"/metrics", "/ready", "/health"})  # scrapes and probes are not traffic
+
+
 def _observe(request: web.Request, status: str, started: float) -> None:
-    if ROUTE not in request:
+    """Every request is counted, those refused before routing (401, 404, 400, 405, 413) as route "none"."""
+    route = request.get(ROUTE)
+    if route is None and request.path in OPS_PATHS:
         return
     request.app[GATEWAY].metrics.observe_request(
-        request[ROUTE], request.get(BACKEND, "none"), status, time.perf_counter() - started
+        route or "none", request.get(BACKEND, "none"), status, time.perf_counter() - started
     )

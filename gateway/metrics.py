@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from gateway.config.schema import Policy
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 LOOKUP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+
+# Known label values, created at 0 before their first event: a counter that appears only at its first event
+# hides that event from rate() and increase(), and dashboards show "no data" instead of 0.
+UPSTREAM_ERROR_REASONS = ("connect", "timeout", "status_429", "status_4xx", "status_5xx", "protocol", "shed")
+REDIS_COMPONENTS = ("limits", "cache", "cache_store", "cache_semantic", "context")
+RELOAD_RESULTS = ("ok", "error")
+# Upstream answers that are the client's own mistake (a bad parameter, a prompt too long): the request's 4xx,
+# not a fault of the upstream, so they stay out of gateway_upstream_errors_total.
+CLIENT_ERROR_STATUSES = frozenset({400, 404, 413, 422})
 
 
 class Metrics:
@@ -57,6 +71,37 @@ class Metrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
         self._children: dict[tuple, tuple] = {}
+
+    def prepare(self, policy: Policy) -> None:
+        """Create every label set the policy makes known (at start-up and on each policy apply)."""
+        for result in RELOAD_RESULTS:
+            self.policy_reloads.labels(result)
+        for component in REDIS_COMPONENTS:
+            self.redis_errors.labels(component)
+        for name in policy.backends:
+            self.backend_inflight.labels(name)
+            for reason in UPSTREAM_ERROR_REASONS:
+                self.upstream_errors.labels(name, reason)
+        for tenant in policy.tenants:
+            for limit in ("rpm", "tpm"):
+                if getattr(tenant.limits, limit):
+                    self.rate_limited.labels(tenant.name, limit)
+        for kind in ("prompt", "completion", "saved_by_cache", "saved_by_compression"):
+            self.tokens.labels(kind)
+        for route in policy.routes:
+            self.request_duration.labels(route.name)
+            self.ttft.labels(route.name)
+            self.tpot.labels(route.name)
+            self.requests.labels(route.name, route.backends[0].name, "200")
+            self.requests.labels(route.name, "none", "500")
+        self.requests.labels("none", "none", "400")
+
+    def count_upstream_error(self, backend: str, reason: str, status: int) -> bool:
+        """Count a backend failure unless it is the client's own mistake; True when counted."""
+        if reason in ("bad_request", "unsupported") or (reason == "status_4xx" and status in CLIENT_ERROR_STATUSES):
+            return False
+        self.upstream_errors.labels(backend, reason).inc()
+        return True
 
     def observe_request(self, route: str, backend: str, status: str, seconds: float) -> None:
         key = (route, backend, status)

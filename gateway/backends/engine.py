@@ -154,7 +154,7 @@ class EngineBackend:
             self._inflight.dec()
 
     def _fail(self, err: BackendError) -> BackendError:
-        self.metrics.upstream_errors.labels(self.name, err.reason).inc()
+        self.metrics.count_upstream_error(self.name, err.reason, err.status)  # a client's 400 is not counted
         return err
 
     # --- replica calls ----------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ class HTTPUpstream:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._inflight = metrics.backend_inflight.labels(name)
-        self._errors = metrics.upstream_errors
+        self._metrics = metrics
         self._envelope = envelope
 
     async def start(self) -> None:
@@ -109,8 +109,8 @@ class HTTPUpstream:
             self._session = None
 
     def fail(self, err: BackendError) -> BackendError:
-        """Count an error in the metrics; returns it for `raise`."""
-        self._errors.labels(self.name, err.reason).inc()
+        """Count an error in the metrics (client mistakes excepted); returns it for `raise`."""
+        self._metrics.count_upstream_error(self.name, err.reason, err.status)
         return err
 
     async def request_json(

@@ -16,7 +16,7 @@ from gateway.config.schema import BackendConfig, Backoff, Route, RouteBackend
 from gateway.config.yamltree import join
 
 ROUTE_KEYS = (
-    "match", "backends", "fallbacks", "retries", "backoff", "timeout_s", "timeouts", "routing",
+    "name", "match", "backends", "fallbacks", "retries", "backoff", "timeout_s", "timeouts", "routing",
     "cache", "budget", "compression", "ordering",
 )
 CONTEXT_KEYS = ("budget", "compression", "ordering")
@@ -70,6 +70,7 @@ def _route(
         context=_context(m, path, check),
         index=i,
     )
+    route.route_name = _route_name(m, path, model or "", check)
     summarizer = getattr(getattr(route.context, "conversation", None), "summarizer", None)
     if summarizer is not None and summarizer not in declared:
         check.error(join(path, "compression.conversation.summarizer"), _unknown_backend(summarizer, declared))
@@ -77,6 +78,23 @@ def _route(
     if judge is not None and judge.backend not in declared:
         check.error(join(path, "cache.semantic.judge.backend"), _unknown_backend(judge.backend, declared))
     return route if model is not None and route_backends else None
+
+
+ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # a metric label value
+
+
+def _route_name(m: dict, path: str, model: str, check: Checker) -> str:
+    """`name:` when given, else the model for an exact route, else the pattern with its glob characters
+    spelled out (`gpt-4o*` -> `gpt-4o_any`): route labels stay stable and never carry a glob."""
+    name = check.get_str(m, "name", path)
+    if name is not None:
+        if not ROUTE_NAME.match(name):
+            check.error(join(path, "name"), f"route name {name!r} must be letters, digits, '_', '-' or '.'")
+        return name
+    if not any(c in model for c in "*?["):
+        return model
+    spelled = re.sub(r"\[[^\]]*\]", "_set_", model).replace("*", "_any_").replace("?", "_one_")
+    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.-]", "_", spelled)).strip("_") or "any"
 
 
 def _route_backends(raw: Any, path: str, declared: Collection[str], check: Checker) -> list[RouteBackend]:
@@ -139,7 +157,14 @@ def _check_glob(pattern: str, path: str, check: Checker) -> None:
 
 
 def _check_reachable(routes: list[Route], check: Checker) -> None:
-    """Routes are tried in order, so one an earlier route always wins is a mistake worth naming."""
+    """Routes are tried in order, so one an earlier route always wins is a mistake worth naming. Route
+    names must be unique: they are metric labels."""
+    names: dict[str, int] = {}
+    for route in routes:
+        if route.name in names and route.model != routes[names[route.name]].model:
+            check.error(join(join("routes", route.index), "name"), f"duplicate route name {route.name!r} (also "
+                        f"routes[{names[route.name]}]); set `name:` on one of them")
+        names.setdefault(route.name, route.index)
     for j, later in enumerate(routes):
         path = join(join("routes", later.index), "match.model")
         for earlier in routes[:j]:

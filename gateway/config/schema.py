@@ -101,10 +101,12 @@ class Route:
     cache: CacheConfig | None = None
     context: ContextConfig | None = None
     index: int = 0  # position in the policy, for names and metrics
+    route_name: str = ""  # `name:` in the policy; route_parser derives one from the pattern when absent
 
     @property
     def name(self) -> str:
-        return self.model
+        """The route's stable name (metric label `route`): never a glob pattern."""
+        return self.route_name or self.model
 
     @property
     def is_glob(self) -> bool:

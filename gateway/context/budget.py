@@ -216,7 +216,9 @@ def plan(
         if summary_max < MIN_SUMMARY_TOKENS:
             summary_max = 0
             report.summary_result = "no_room"
-    report.original = counter.count_prompt(original_messages, tools) + docs_need
+    # What the client sent counts every document, the duplicates dedup dropped too: they are tokens saved.
+    report.original = counter.count_prompt(original_messages, tools) + (
+        _documents_need(counter, docs + duplicates, ordered) if duplicates else docs_need)
     return Plan(
         counter, config, limit, system, conversation.query, tools, tools_tokens, recent, older, docs,
         docs_alloc, older_budget, older_tokens, summary_max, ordered, report, original_messages,

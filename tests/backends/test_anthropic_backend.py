@@ -185,7 +185,8 @@ async def test_error_body_mapped_to_envelope(anthropic_backend: AnthropicBackend
     assert e.value.body == {"error": {"message": "messages: roles must alternate", "type": "invalid_request_error",
                                       "param": None, "code": None}}
     assert e.value.to_gateway_error().message == "messages: roles must alternate"
-    assert value(metrics, "gateway_upstream_errors_total", backend="claude", reason="status_4xx") == 1
+    # the client's own mistake: not counted as an upstream error
+    assert value(metrics, "gateway_upstream_errors_total", backend="claude", reason="status_4xx") == 0
 
 
 async def test_wrong_key(anthropic_server: tuple[FakeAnthropic, ServerThread], fake_anthropic: FakeAnthropic,

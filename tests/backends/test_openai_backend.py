@@ -142,7 +142,8 @@ async def test_4xx_envelope_passed_through(openai_backend: OpenAIBackend, fake_o
     assert (err.status, err.reason, err.retryable, err.body) == (400, "status_4xx", False, envelope)
     gateway_error = err.to_gateway_error()
     assert gateway_error.status == 400 and gateway_error.param == "temperature"
-    assert value(metrics, "gateway_upstream_errors_total", backend="up", reason="status_4xx") == 1
+    # the client's own mistake: not an upstream error
+    assert value(metrics, "gateway_upstream_errors_total", backend="up", reason="status_4xx") == 0
 
 
 async def test_non_json_error_body_becomes_envelope(openai_backend: OpenAIBackend, fake_openai: FakeOpenAI) -> None:

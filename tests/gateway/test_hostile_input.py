@@ -222,7 +222,7 @@ def test_a_bug_after_the_headers_ends_the_stream_in_band(gw, monkeypatch) -> Non
     assert out.count(b"HTTP/1.1 ") == 1
     events = [line for line in out.split(b"\n") if line.startswith(b"data: ")]
     assert orjson.loads(events[-1][6:])["error"]["code"] == "internal_error"
-    assert 'reason="protocol"} 1' not in httpx.get(srv.url + "/metrics").text
+    assert 'gateway_upstream_errors_total{backend="up",reason="protocol"} 0.0' in httpx.get(srv.url + "/metrics").text
 
 
 def test_over_long_and_too_many_headers_get_the_envelope(gw) -> None:
