@@ -48,8 +48,11 @@ class TokenWindow:
         self.window = window
 
     def fits(self, texts: Sequence[str]) -> list[bool]:
-        out = [not too_long(t) for t in texts]
-        rows = [i for i, ok in enumerate(out) if ok]
+        # Every word piece covers at least one character and every whitespace-separated word makes at least one
+        # piece, so short texts fit and wordy ones overflow without tokenizing (which costs ~0.4 us a character).
+        pieces = self.window - 2  # [CLS] and [SEP]
+        out = [len(t) <= pieces or (not too_long(t) and len(t.split()) <= pieces) for t in texts]
+        rows = [i for i, t in enumerate(texts) if out[i] and len(t) > pieces]
         if rows:
             encoded = self._tokenizer.encode_batch([texts[i] for i in rows], add_special_tokens=True)
             for i, enc in zip(rows, encoded, strict=True):
