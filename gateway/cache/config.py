@@ -64,11 +64,6 @@ class SemanticConfig:
     lookup_timeout_ms: float = 500.0
     judge: JudgeConfig | None = None
 
-    @property
-    def candidate_threshold(self) -> float:
-        """The lowest score worth looking at: the judge's own threshold when a judge is configured."""
-        return self.judge.threshold if self.judge is not None else self.threshold
-
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:

@@ -48,8 +48,7 @@ class Outcome:
     vector: np.ndarray | None = None  # the query's embedding, reused by the store after a miss
     completion: dict | None = None
     similarity: float | None = None
-    reason: str | None = None  # the verifier's reason when it turned a candidate down
-    judged: bool = False  # the hit was confirmed by the judge
+    reason: str | None = None  # the verifier's reason (or "judge") when a candidate was turned down
 
 
 def entry_id(scope: str, text: str) -> str:
@@ -168,7 +167,7 @@ class SemanticCache:
                     continue
                 hit = await self._first_stored(ns, [(meta, score)])
                 if hit is not None:
-                    return Outcome("hit", vector, hit[2], hit[1], judged=True)
+                    return Outcome("hit", vector, hit[2], hit[1])
         return Outcome("rejected" if rejected else "miss", vector, reason=rejected)
 
     async def _first_stored(self, ns: str, accepted: list[tuple[EntryMeta, float]],

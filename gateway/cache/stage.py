@@ -337,11 +337,10 @@ class CacheStage:
             result = await self.semantic.store(tenant, model, pending.ns, pending.query, completion,
                                                pending.config.semantic, pending.vector)
             self._stores.labels("semantic", result).inc()
-        except RedisUnavailable:
+        except Exception as e:  # a store must never fail anything: count it (and log what is not Redis)
             self._stores.labels("semantic", "error").inc()
-        except Exception:
-            self._stores.labels("semantic", "error").inc()
-            log.exception("semantic store failed")
+            if not isinstance(e, RedisUnavailable):
+                log.exception("semantic store failed")
         finally:
             if queued:
                 self._backlog -= 1
@@ -372,11 +371,10 @@ class CacheStage:
                 self._unembeddable[eid] = None
                 if len(self._unembeddable) > MAX_UNEMBEDDABLE:
                     del self._unembeddable[next(iter(self._unembeddable))]
-        except RedisUnavailable:
+        except Exception as e:
             self._stores.labels("semantic", "error").inc()
-        except Exception:
-            self._stores.labels("semantic", "error").inc()
-            log.exception("semantic backfill failed")
+            if not isinstance(e, RedisUnavailable):
+                log.exception("semantic backfill failed")
         finally:
             self._backfilling.discard(eid)
 

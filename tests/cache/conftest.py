@@ -1,4 +1,5 @@
-"""Cache test fixtures: the real embedding model, once per session (fakes and gateways: tests/conftest.py)."""
+"""Cache test fixtures: the real embedding model, once per session, and a gateway with L1 and L2 on (fakes and
+the gateway factory: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,3 +11,14 @@ from gateway.cache.embedder import MiniLMEmbedder, shared_embedder
 @pytest.fixture(scope="session")
 def embedder() -> MiniLMEmbedder:
     return shared_embedder()
+
+
+@pytest.fixture
+def gw(fake_openai, serve_gateway):
+    """(fake upstream, gateway) with both layers on (tests.cache.gateway_helpers.policy), model loaded."""
+    from tests.cache.gateway_helpers import policy, semantic_ready
+
+    fake, up = fake_openai
+    srv = serve_gateway(policy(up.url))
+    semantic_ready(srv)
+    return fake, srv

@@ -50,6 +50,12 @@ def ask(srv: ServerThread, text: str | list, key: str = "key-a", model: str = "f
     return raw.parse(), raw.headers
 
 
+def store(srv: ServerThread, text: str | list, key: str = "key-a", **kw: Any) -> None:
+    """Ask once (a miss that the backend answers) and wait until its entries are stored."""
+    ask(srv, text, key=key, **kw)
+    settle(srv)
+
+
 def stage(srv: ServerThread) -> CacheStage:
     assert srv.app is not None
     return srv.app[GATEWAY].stages[0]

@@ -8,26 +8,12 @@ from __future__ import annotations
 import threading
 
 import psutil
-import pytest
 
 from gateway.cache.window import MAX_CHARS, WINDOW_TOKENS, minilm_window
-from tests.cache.gateway_helpers import admin, ask, policy, semantic_ready, settle, stage
+from tests.cache.gateway_helpers import admin, ask, policy, semantic_ready, settle, stage, store
 
 MB = 1024 * 1024
 RSS_BUDGET = 300 * MB
-
-
-@pytest.fixture
-def gw(fake_openai, serve_gateway):
-    fake, up = fake_openai
-    srv = serve_gateway(policy(up.url))
-    semantic_ready(srv)
-    return fake, srv
-
-
-def store(srv, text: str, key: str = "key-a") -> None:
-    ask(srv, text, key=key)
-    settle(srv)
 
 
 def huge_prompt(size: int = 5 * MB) -> str:

@@ -4,20 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cache.gateway_helpers import admin, ask, policy, semantic_ready, settle, until, user
-
-
-@pytest.fixture
-def gw(fake_openai, serve_gateway):
-    fake, up = fake_openai
-    srv = serve_gateway(policy(up.url))
-    semantic_ready(srv)
-    return fake, srv
-
-
-def store(srv, text: str, key: str = "key-a", **kw) -> None:
-    ask(srv, text, key=key, **kw)
-    settle(srv)
+from tests.cache.gateway_helpers import admin, ask, policy, semantic_ready, settle, store, until, user
 
 
 def test_near_repeat_is_a_semantic_hit_with_similarity(gw) -> None:
