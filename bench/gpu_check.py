@@ -99,8 +99,9 @@ def first_step_logit_diff(engine: LLMEngine, hf_model: Any, prompt: list[int]) -
     return float((got - ref).abs().max())
 
 
-def engine_prompt_logits(engine: LLMEngine, prompt: list[int]) -> torch.Tensor:
-    """Last-position logits of `prompt` through the engine's own paged forward (a throwaway sequence)."""
+def engine_prompt_logits(engine: LLMEngine, prompt: list[int], all_positions: bool = False) -> torch.Tensor:
+    """Last-position (or every position's) logits of `prompt` through the engine's own paged forward, written
+    to a throwaway sequence's blocks: call it only on an idle engine that is about to be discarded."""
     from engine.layers.attention import PrefillChunk
     from engine.model_runner import ModelRunner
 
@@ -113,7 +114,7 @@ def engine_prompt_logits(engine: LLMEngine, prompt: list[int]) -> torch.Tensor:
     ids = torch.tensor(prompt, device=runner.device)
     pos = torch.arange(len(prompt), device=runner.device)
     hidden = runner.model(ids, pos, meta)
-    return runner.model.compute_logits(hidden[-1:])[0]
+    return runner.model.compute_logits(hidden) if all_positions else runner.model.compute_logits(hidden[-1:])[0]
 
 
 def throughput(engine: LLMEngine, batch: int, prompt_len: int, new_tokens: int, seed: int) -> float:

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--load-format", choices=["auto", "dummy"], default="auto")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
+    p.add_argument("--quantization", choices=["none", "int8"], default="none",
+                   help="int8: per-channel int8 weights (faster, small quality cost; see engine/README.md)")
     p.add_argument("--kv-cache-memory", type=parse_size, default=256 * 2**20, help="KV cache bytes on CPU, e.g. 512MiB")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--block-size", type=_positive_int, default=16)
@@ -76,7 +78,7 @@ def config_from_args(args: argparse.Namespace):  # -> EngineConfig (imported laz
         gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         enable_prefix_caching=not args.no_prefix_caching, enable_chunked_prefill=not args.no_chunked_prefill,
-        enforce_eager=args.enforce_eager, num_threads=args.num_threads,
+        enforce_eager=args.enforce_eager, num_threads=args.num_threads, quantization=args.quantization,
     )
     config.validate()
     return config

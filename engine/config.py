@@ -14,6 +14,7 @@ BUILTIN_MODELS: dict[str, tuple[str, str]] = {
 LOAD_FORMATS = ("auto", "dummy")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16")
+QUANTIZATIONS = ("none", "int8")
 
 
 @dataclass
@@ -33,6 +34,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enforce_eager: bool = False
     num_threads: int | None = None
+    quantization: str = "none"  # none | int8 (per-channel int8 weights, engine/layers/quant.py)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -42,6 +44,8 @@ class EngineConfig:
             raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         if self.kv_cache_memory < 1:

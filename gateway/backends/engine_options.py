@@ -15,6 +15,7 @@ ENGINE_ARGS: dict[str, tuple[str, str]] = {
     "device": ("--device", "choice:auto,cpu,cuda"),
     "load_format": ("--load-format", "choice:auto,dummy"),
     "dtype": ("--dtype", "choice:float32,float16,bfloat16"),
+    "quantization": ("--quantization", "choice:none,int8"),
     "kv_cache_memory": ("--kv-cache-memory", "size"),
     "gpu_memory_utilization": ("--gpu-memory-utilization", "fraction"),
     "block_size": ("--block-size", "int"),
