@@ -37,12 +37,11 @@ class GuidedSpec:
 
     kind: str
     payload: str = ""
-    strict: bool = True  # json_schema: properties the schema does not name are refused
 
     @classmethod
-    def json_schema(cls, schema: dict | bool, strict: bool = True) -> GuidedSpec:
+    def json_schema(cls, schema: dict | bool) -> GuidedSpec:
         # Not key-sorted: property order is the order the grammar emits them in.
-        return cls("json_schema", orjson.dumps(schema).decode(), strict)
+        return cls("json_schema", orjson.dumps(schema).decode())
 
     @classmethod
     def choice(cls, choices: list[str]) -> GuidedSpec:
@@ -111,9 +110,12 @@ class GrammarRuntime:
 
     def _compile(self, spec: GuidedSpec) -> xg.CompiledGrammar:
         # Compact JSON (no free whitespace): a small model given `any_whitespace` can loop on newlines.
+        # strict_mode (as vLLM runs xgrammar, whatever the request's `strict`): properties a schema does not
+        # name are never generated unless it says `additionalProperties`; OpenAI's non-strict mode promises
+        # nothing more, and small models otherwise ramble on in invented keys.
         try:
             if spec.kind == "json_schema":
-                return self.compiler.compile_json_schema(spec.payload, any_whitespace=False, strict_mode=spec.strict)
+                return self.compiler.compile_json_schema(spec.payload, any_whitespace=False, strict_mode=True)
             if spec.kind == "json_object":
                 return self.compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
             if spec.kind == "regex":

@@ -160,7 +160,7 @@ def _response_format(body: dict) -> GuidedSpec | None:
             raise bad_request("response_format json_schema needs a 'json_schema' object with a 'schema'",
                               "response_format.json_schema", "invalid_value")
         schema = _schema(spec.get("schema", {"type": "object"}), "response_format.json_schema.schema")
-        return GuidedSpec.json_schema(schema, strict=spec.get("strict") is True)
+        return GuidedSpec.json_schema(schema)
     raise bad_request(f"response_format type {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'",
                       "response_format.type", "unsupported_parameter")
 
@@ -175,7 +175,7 @@ def _vllm_guided(body: dict) -> tuple[GuidedSpec, str] | None:
     key = given[0]
     value = body[key]
     if key == "guided_json":
-        return GuidedSpec.json_schema(_schema(value, key), strict=False), key
+        return GuidedSpec.json_schema(_schema(value, key)), key
     if key == "guided_regex":
         if not isinstance(value, str) or not value:
             raise bad_request("'guided_regex' must be a non-empty string", key, "invalid_type")
@@ -229,16 +229,14 @@ def _tool_choice(body: dict, tools: list[dict] | None) -> tuple[GuidedSpec, Tool
         fns = [t["function"] for t in tools]
         one = _call_schema(fns[0]) if len(fns) == 1 else {"anyOf": [_call_schema(f) for f in fns]}
         schema = {"type": "array", "items": one, "minItems": 1} if parallel else one
-        return (GuidedSpec.json_schema(schema, strict=all(f.get("strict") is True for f in fns)),
-                ToolCallMode("required", None, parallel))
+        return GuidedSpec.json_schema(schema), ToolCallMode("required", None, parallel)
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
         fn = next((t["function"] for t in tools or () if t["function"]["name"] == name), None)
         if fn is None:
             raise bad_request(f"tool_choice names function {name!r}, which is not in 'tools'", "tool_choice",
                               "invalid_value")
-        return (GuidedSpec.json_schema(fn.get("parameters") or NO_PARAMETERS, strict=fn.get("strict") is True),
-                ToolCallMode("named", name, False))
+        return GuidedSpec.json_schema(fn.get("parameters") or NO_PARAMETERS), ToolCallMode("named", name, False)
     raise bad_request("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': "
                       "{'name': ...}}", "tool_choice", "invalid_value")
 
