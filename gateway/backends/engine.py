@@ -21,19 +21,19 @@ from gateway.backends.base import BackendError, Timeouts
 from gateway.backends.engine_options import EngineOptions, parse_engine_options
 from gateway.backends.engine_replicas import Replica, ReplicaSet, make_replicas
 from gateway.config.schema import BackendConfig
-from gateway.errors import GatewayError
 from gateway.metrics import Metrics
 from gateway.routing.prefix import PrefixRouter
 
 if TYPE_CHECKING:
     from engine.async_engine import AsyncEngine
+    from engine.errors import EngineRequestError
     from engine.serving import OpenAIServing
     from engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 
-def _backend_error(e: GatewayError) -> BackendError:
+def _backend_error(e: EngineRequestError) -> BackendError:
     reason = "status_4xx" if 400 <= e.status < 500 else "status_5xx"
     return BackendError(reason, e.message, e.status, retryable=e.status >= 500, body=e.body())
 
@@ -110,12 +110,15 @@ class EngineBackend:
     # --- in-process calls -------------------------------------------------------------------------------
 
     async def _local_whole(self, kind: str, body: dict, timeouts: Timeouts) -> dict:
+        # imported here: the engine package (and torch) loads only for in-process backends
+        from engine.errors import EngineRequestError
+
         assert self._serving is not None
         self._inflight.inc()
         try:
             async with asyncio.timeout(timeouts.total):
                 return await self._serving.run(kind, {**body, "stream": False, "stream_options": None})
-        except GatewayError as e:
+        except EngineRequestError as e:
             raise self._fail(_backend_error(e)) from None
         except TimeoutError:
             raise self._fail(BackendError("timeout", f"the engine took longer than {timeouts.total}s", 504)) from None
@@ -123,6 +126,8 @@ class EngineBackend:
             self._inflight.dec()
 
     async def _local_stream(self, kind: str, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
+        from engine.errors import EngineRequestError
+
         assert self._serving is not None
         self._inflight.inc()
         try:
@@ -130,7 +135,7 @@ class EngineBackend:
                 async with asyncio.timeout(timeouts.first_byte):
                     prepared = await self._serving.prepare(kind, {**body, "stream": True})
                     generation = await self._serving.open(prepared)
-            except GatewayError as e:
+            except EngineRequestError as e:
                 raise self._fail(_backend_error(e)) from None
             except TimeoutError:
                 raise self._fail(BackendError("timeout", "the engine did not admit the request within "
@@ -146,7 +151,7 @@ class EngineBackend:
                         if chunk is None:
                             break
                         yield chunk
-                except GatewayError as e:
+                except EngineRequestError as e:
                     raise self._fail(_backend_error(e)) from None
                 except TimeoutError:
                     raise self._fail(BackendError("timeout", f"the stream ran past {timeouts.total}s", 504)) from None
