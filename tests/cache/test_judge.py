@@ -162,3 +162,35 @@ def test_judge_settings_are_checked_by_policy_check(judge: str, path: str, messa
     errors = getattr(e.value, "errors", [e.value])
     assert any(err.path == path and message in err.message for err in errors), [str(x) for x in errors]
     assert all(err.line is not None for err in errors)
+
+
+async def test_the_judge_alone_reads_text_replies_and_drops_refused_logprobs(judge_fake) -> None:
+    """The same Judge as a library (calibration uses it so): a real OpenAI backend against the scripted fake."""
+    from gateway.backends import build_backend
+    from gateway.cache.config import JudgeConfig
+    from gateway.cache.judge import Judge
+    from gateway.config.schema import BackendConfig
+    from gateway.metrics import Metrics
+
+    fake, srv = judge_fake
+    backend = build_backend(BackendConfig(name="judge", type="openai", base_url=srv.url + "/v1"), Metrics())
+    await backend.start()
+    try:
+        judge = Judge(JudgeConfig(backend="judge", model="small-judge"), lambda: backend)
+        fake.reply = "Yes."
+        verdict = await judge.same_answer("How long is the warranty?", "How many years am I covered?")
+        assert (verdict.same, verdict.confidence, verdict.result, verdict.cached) == (True, 1.0, "yes", False)
+        assert verdict.prompt_tokens > 0 and verdict.completion_tokens == 1
+        fake.reply = "Maybe, it depends"
+        verdict = await judge.same_answer("Is it safe?", "Is it legal?")
+        assert not verdict.same and verdict.result == "unsure"
+        fake.reply = "no"
+        fake.fail_next(1, status=400)  # a server that refuses logprobs: asked again without them, and from then on
+        verdict = await judge.same_answer("Is 3 greater than 5?", "Is 5 greater than 3?")
+        assert not verdict.same and verdict.result == "no"
+        assert "logprobs" not in fake.last.body
+        await judge.same_answer("a?", "b?")
+        assert "logprobs" not in fake.last.body
+        assert '"Is 3 greater than 5?"' in fake.requests[-3].body["messages"][-1]["content"]  # JSON-quoted
+    finally:
+        await backend.close()
