@@ -3,6 +3,7 @@
     python bench/engine.py                 # the issue's workload (slow on a small CPU: HF one-at-a-time dominates)
     python bench/engine.py --quick         # a smaller workload with the same shape, for a first look
     python bench/engine.py --requests 32 --max-output 128 --skip hf-serial
+    python bench/engine.py --constrained-only  # constrained decoding vs the same batch free (issue 10)
 
 Measures, on CPU, SmolLM2-135M in float32 with --threads torch threads:
 - throughput: N requests (prompts --min-prompt..--max-prompt tokens, outputs --min-output..--max-output tokens,
@@ -12,7 +13,10 @@ Measures, on CPU, SmolLM2-135M in float32 with --threads torch threads:
 - single stream: decode tokens/s of one request, this engine vs HF;
 - prefix caching: TTFT of a request whose --prefix-tokens prefix is cached vs the same request cold;
   throughput with prefix caching on vs off at a 0% hit rate (random prompts);
-- leaks: --leak-requests requests through the AsyncEngine: all blocks free after, RSS growth.
+- leaks: --leak-requests requests through the AsyncEngine: all blocks free after, RSS growth;
+- constrained decoding: --constrained-requests chat requests under four different JSON schemas in one batch
+  vs the same prompts free with each request's output length fixed to what its constrained run produced
+  (ignore_eos), so both runs make exactly the same tokens in the same batch shapes; output tokens/s.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import torch  # noqa: E402
 
 from engine.async_engine import AsyncEngine  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
+from engine.guided import GuidedSpec  # noqa: E402
 from engine.llm_engine import LLMEngine  # noqa: E402
 from engine.sampling_params import SamplingParams  # noqa: E402
 
@@ -104,6 +109,50 @@ def engine_stream_timing(engine: LLMEngine, prompt: list[int], max_tokens: int) 
                 end = now
     assert first is not None and end is not None
     return first - start, end - first
+
+
+# --- constrained decoding ----------------------------------------------------------------------------------
+
+
+BENCH_SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                      "email": {"type": "string"}}, "required": ["name", "age", "email"]},
+    {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+        "sku": {"type": "string"}, "qty": {"type": "integer"}}, "required": ["sku", "qty"]}}},
+     "required": ["items"]},
+    {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+                                      "days": {"type": "integer"}}, "required": ["city", "unit", "days"]},
+    {"type": "object", "properties": {"title": {"type": "string"}, "tags": {"type": "array",
+                                                                              "items": {"type": "string"}},
+                                      "done": {"type": "boolean"}}, "required": ["title", "tags", "done"]},
+]
+BENCH_ASKS = ["Describe a customer as JSON.", "List an order as JSON.", "Give a weather request as JSON.",
+              "Describe a task as JSON."]
+
+
+def constrained_vs_free(engine: LLMEngine, n: int, max_output: int) -> tuple[float, float, int]:
+    """(constrained out tok/s, free out tok/s, tokens per run); best of two alternating runs each."""
+    prompts, specs = [], []
+    for i in range(n):
+        k = i % len(BENCH_SCHEMAS)
+        prompts.append(engine.tokenizer.apply_chat_template([{"role": "user", "content": f"{BENCH_ASKS[k]} #{i}"}]))
+        specs.append(GuidedSpec.json_schema(BENCH_SCHEMAS[k]))
+    runtime = engine.grammar_runtime()  # built and compiled outside the timed runs (a server does it at prepare)
+    for spec in specs:
+        runtime.compile(spec)
+    guided = [SamplingParams(temperature=0.0, max_tokens=max_output, guided=s) for s in specs]
+    lengths = [len(r.outputs[0].token_ids) for r in engine.generate(prompts, guided)]  # also the warm-up
+    free = [greedy(k) for k in lengths]
+    on, off = [], []
+    for _ in range(2):
+        for runs, params in ((on, guided), (off, free)):
+            engine.block_manager.reset_prefix_cache()  # every run prefills its prompts in full
+            start = time.perf_counter()
+            results = engine.generate(prompts, params)
+            elapsed = time.perf_counter() - start
+            assert [len(r.outputs[0].token_ids) for r in results] == lengths
+            runs.append(sum(lengths) / elapsed)
+    return max(on), max(off), sum(lengths)
 
 
 # --- Hugging Face transformers baseline --------------------------------------------------------------------
@@ -222,8 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-cache-memory", type=int, default=512 * 2**20)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--constrained-requests", type=int, default=16)
+    p.add_argument("--constrained-output", type=int, default=64, help="max tokens of each constrained request")
+    p.add_argument("--constrained-only", action="store_true", help="run only the constrained-vs-free comparison")
     p.add_argument("--skip", action="append", default=[],
-                   choices=["hf-static", "hf-serial", "single", "prefix", "caching-off", "leak"])
+                   choices=["hf-static", "hf-serial", "single", "prefix", "caching-off", "leak", "constrained"])
     args = p.parse_args(argv)
     if args.quick:
         args.requests, args.max_prompt, args.max_output, args.leak_requests = 16, 128, 64, 200
@@ -235,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
 
     engine = new_engine(args)
     vocab = engine.tokenizer.vocab_size
+    if args.constrained_only:
+        constrained_row(engine, args, table)
+        print("\n" + table.markdown())
+        return 0
     w = make_workload(args.requests, (args.min_prompt, args.max_prompt), (args.min_output, args.max_output),
                       vocab, args.seed)
     engine.generate([w.prompts[0][:32]], greedy(4))  # warm-up: first-call allocations
@@ -301,8 +357,18 @@ def main(argv: list[str] | None = None) -> int:
                   "yes" if all_free else "NO", f"{rss_mid:.0f} MiB at half-way ({rss_warm:.0f} after warm-up)",
                   f"{rss_end - rss_mid:+.1f} MiB", "free, flat")
 
+    if "constrained" not in args.skip:
+        constrained_row(engine, args, table)
+
     print("\n" + table.markdown())
     return 0
+
+
+def constrained_row(engine: LLMEngine, args: argparse.Namespace, table: Table) -> None:
+    on, off, tokens = constrained_vs_free(engine, args.constrained_requests, args.constrained_output)
+    table.add(f"constrained decoding, {args.constrained_requests} requests / 4 JSON schemas, {tokens} tokens "
+              "(out tok/s) vs the same batch free", f"{on:.1f}", f"{off:.1f}", f"{(1 - on / off) * 100:+.1f}% slower",
+              "<= 15% slower")
 
 
 if __name__ == "__main__":
