@@ -9,6 +9,8 @@ on a private real Redis. The raw keep-alive load generator (bench/loadgen.py) dr
    directly in the gateway process (real embeddings of a few questions stored through the cache, plus
    synthetic neighbours of real sentence embeddings), not through HTTP. Target P50 <= 10 ms.
 4. Semantic-hit throughput at C=64 with micro-batching on, then off (a fresh gateway).
+5. Embed only, on the gateway's core with nothing else running: ms per encode call at batch 1 and 32, the torch
+   runner (the reference; what the gateway ran before the ONNX export) against the ONNX Runtime runner.
 Each semantic phase reports where the time went (embedding per batch, FAISS search, verifier, Redis fetch),
 from the gateway's own counters; replay (completion -> JSON body / SSE chunks) is timed in this process.
 
@@ -133,6 +135,32 @@ async def fill(stage, pol, entries: int) -> None:
           file=sys.stderr, flush=True)
 
 
+def embed_only(rounds: int) -> None:
+    """Print {runner: {batch: ms per encode call}} as JSON: rounds interleave the runners (so drift from other
+    load hits both alike) and the median round counts."""
+    from statistics import median
+
+    from gateway.cache.embedder import MiniLMEmbedder
+    from tests.cache.labelled import IN_SAMPLE, load_pairs
+
+    texts = sorted({t for p in load_pairs(IN_SAMPLE) for t in (p.a, p.b)})
+    batches = {1: [QUERY], 32: texts[:32]}
+    runners = {name: MiniLMEmbedder(backend=name) for name in ("torch", "onnx")}
+    samples: dict[str, dict[int, list[float]]] = {name: {n: [] for n in batches} for name in runners}
+    for embedder in runners.values():
+        for batch in batches.values():
+            embedder.encode(batch)  # the first pass allocates
+    for _ in range(rounds):
+        for name, embedder in runners.items():
+            for n, batch in batches.items():
+                calls = 40 if n == 1 else 4
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    embedder.encode(batch)
+                samples[name][n].append((time.perf_counter() - t0) / calls * 1000)
+    print(orjson.dumps({name: {str(n): median(v) for n, v in per.items()} for name, per in samples.items()}).decode())
+
+
 # ---- the driver -------------------------------------------------------------------------------------------------
 
 
@@ -220,11 +248,16 @@ def main() -> None:
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--entries", type=int, default=100_000)
     s.add_argument("--no-batching", action="store_true")
+    e = sub.add_parser("embed")
+    e.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.cmd == "serve":
         serve(args)
+        return
+    if args.cmd == "embed":
+        embed_only(args.rounds)
         return
     run(args)
 
@@ -274,6 +307,9 @@ def run(args: argparse.Namespace) -> None:
             p.wait(10)
         redis.stop()
 
+    embed = subprocess.run(["taskset", "-c", "1", sys.executable, "bench/cache.py", "embed",
+                            "--rounds", str(9 // scale)], cwd=ROOT, capture_output=True, text=True, check=True)
+    embed_ms = orjson.loads(embed.stdout.strip().splitlines()[-1])
     json_us, sse_us = replay_cost(2000)
     errors = miss.errors + exact.errors + exact1.errors + sem1.errors + sem64.errors + sem64_off.errors
     print(f"\nentries in the semantic scope: {args.entries:,}; errors: {errors}")
@@ -289,6 +325,10 @@ def run(args: argparse.Namespace) -> None:
     print(f"semantic C=64 batching on:    {parts(t_c1, t_c64)}")
     print(f"semantic C=64 batching off:   {parts(t_off, t_off_after)}")
     print(f"replay: JSON body {json_us:.1f} us, SSE chunks (200-word answer) {sse_us:.1f} us")
+    print("embed only, ms per encode call (gateway's core, nothing else running; median of interleaved rounds):")
+    for n in ("1", "32"):
+        torch_ms, onnx_ms = embed_ms["torch"][n], embed_ms["onnx"][n]
+        print(f"  batch {n:>2}: torch {torch_ms:7.2f}  onnx runtime {onnx_ms:7.2f}  ({torch_ms / onnx_ms:.2f}x)")
     print("targets: exact P50 <= 1 ms, P99 <= 3 ms (C=8); semantic P50 <= 10 ms (C=1, 100k in scope)")
 
 
