@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from gateway.cache.normalize import semantic_form
+
 # Fields that never change what the model answers.
 IGNORED_FIELDS = frozenset({
     "stream", "stream_options", "user", "metadata", "store", "service_tier", "prompt_cache_key",
@@ -133,7 +135,7 @@ def exact_key(tenant: str, route_index: int, route_model: str, version: str, end
 @dataclass(frozen=True, slots=True)
 class SemanticQuery:
     scope: str  # hash of tenant, route, version, model, output-affecting params, conversation before the last turn
-    text: str  # the last user message, the only part embedded
+    text: str  # the last user message in near-repeat form (normalize.py): what is embedded and verified
 
 
 def semantic_query(tenant: str, route_index: int, route_model: str, version: str,
@@ -157,7 +159,14 @@ def semantic_query(tenant: str, route_index: int, route_model: str, version: str
     history = canonical.pop("messages")[:-1]
     extra = {k: v for k, v in normalize(last).items() if k not in ("role", "content")}  # e.g. `name`
     scope = _digest(canonical_bytes([tenant, route_index, route_model, version, canonical, history, extra]))
-    return SemanticQuery(scope=scope, text=text.strip())
+    return SemanticQuery(scope=scope, text=semantic_text(text))
+
+
+def semantic_text(text: str) -> str:
+    """The text a semantic lookup embeds and the verifier compares: the message in near-repeat form, so
+    case, spacing, Unicode forms, trailing punctuation, politeness and typos do not turn a repeat into a miss
+    (normalize.py)."""
+    return semantic_form(text)
 
 
 def _plain_text(content: Any) -> str | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 # ---- English -------------------------------------------------------------------------------------------------
 
 EN_NEGATIONS = frozenset({
-    "not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "nowhere", "without", "cannot",
+    "not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "nowhere", "without", "cannot", "non",
     "cant", "dont", "doesnt", "isnt", "arent", "wasnt", "werent", "wont", "didnt", "shouldnt", "couldnt",
+    "havent", "hasnt", "hadnt", "wouldnt", "aint", "mustnt", "neednt", "mightnt", "shant",
 })
 
 EN_NUMBER_WORDS: dict[str, float] = {
@@ -52,61 +53,214 @@ EN_RELATIVE: dict[str, str] = {
     "previous": "last", "past": "last", "prior": "last", "this": "this", "current": "this",
 }
 
-# Words whose presence changes what is asked for: quantifiers, superlatives, comparisons, direction.
-_SCOPE_GROUPS: dict[str, tuple[str, ...]] = {
+# Qualifiers: a word of one of these groups in one text must be matched by the same group in the other
+# ("all" vs "some", "full-time employees" vs "employees", "cheapest" vs "best"). Hyphens are dropped before
+# lookup ("full-time" -> "fulltime").
+_QUALIFIER_GROUPS: dict[str, tuple[str, ...]] = {
     "all": ("all", "every", "each", "entire", "whole", "everything", "everyone", "everybody"),
-    "some": ("some", "several", "few", "any", "certain"),
+    "some": ("some", "several", "few", "certain"),
     "only": ("only", "solely", "exclusively"),
-    "most": ("most", "majority"),
+    "most": ("most", "majority", "mostly"),
     "least": ("least", "fewest", "minority"),
-    "more": ("more", "greater", "higher", "larger", "bigger", "above", "exceeding", "exceed", "exceeds"),
-    "less": ("less", "fewer", "lower", "smaller", "below"),
-    "max": ("largest", "biggest", "highest", "maximum", "max", "greatest", "tallest", "longest", "heaviest"),
-    "min": ("smallest", "lowest", "minimum", "min", "shortest", "lightest", "tiniest"),
-    "best": ("best", "top"),
+    "max": ("largest", "biggest", "highest", "maximum", "max", "greatest", "tallest", "longest", "heaviest",
+            "deepest", "strongest", "richest", "hottest", "warmest", "widest", "loudest"),
+    "min": ("smallest", "lowest", "minimum", "min", "shortest", "lightest", "tiniest", "weakest", "poorest",
+            "coldest", "coolest", "narrowest", "quietest", "thinnest"),
+    "best": ("best", "top", "finest"),
     "worst": ("worst",),
     "fast": ("fastest", "quickest"),
     "slow": ("slowest",),
     "cheap": ("cheapest",),
-    "expensive": ("priciest",),
-    "old": ("oldest", "earliest"),
-    "new": ("newest", "latest", "youngest", "most recent"),
-    "first": ("first", "initial"),
-    "last": ("final",),
-    "before": ("before", "prior"),
-    "after": ("after",),
-    "pro": ("pros", "advantages", "advantage", "benefits", "benefit", "upsides", "strengths"),
+    "expensive": ("priciest", "costliest"),
+    "old": ("oldest", "earliest", "eldest"),
+    "new": ("newest", "latest", "youngest"),
+    "near": ("closest", "nearest"),
+    "far": ("farthest", "furthest", "remotest"),
+    "first": ("first", "initial", "1st"),
+    "last": ("final", "lastly"),
+    "pro": ("pros", "advantages", "advantage", "benefits", "benefit", "upsides", "strengths", "merits"),
     "con": ("cons", "disadvantages", "disadvantage", "drawbacks", "drawback", "downsides", "weaknesses",
-            "risks"),
-    "increase": ("increase", "raise", "grow", "boost", "increases", "increasing"),
-    "decrease": ("decrease", "reduce", "lower", "cut", "decreases", "reducing", "decreasing"),
-    "buy": ("buy", "purchase", "buying"),
-    "sell": ("sell", "selling"),
-    "import": ("import", "imports"),
-    "export": ("export", "exports"),
-    "upload": ("upload",),
-    "download": ("download",),
-    "enable": ("enable", "activate", "turn on"),
-    "disable": ("disable", "deactivate"),
-    "encrypt": ("encrypt", "encryption"),
-    "decrypt": ("decrypt", "decryption"),
-    "include": ("including", "include", "includes"),
-    "exclude": ("excluding", "exclude", "except", "excludes"),
+            "risks", "dangers"),
+    "fulltime": ("fulltime", "full time"),
+    "parttime": ("parttime", "part time"),
+    "annual": ("annual", "annually", "yearly", "perannum"),
+    "monthly": ("monthly",),
+    "weekly": ("weekly",),
+    "daily": ("daily",),
+    "hourly": ("hourly",),
+    "domestic": ("domestic", "inland"),
+    "international": ("international", "overseas", "abroad", "foreign", "global", "worldwide"),
+    "gross": ("gross", "pretax"),
+    "net": ("net", "aftertax", "takehome"),
     "north": ("north", "northern"),
     "south": ("south", "southern"),
     "east": ("east", "eastern"),
     "west": ("west", "western"),
-    "male": ("male", "men", "man"),
-    "female": ("female", "women", "woman"),
-    "hot": ("hot", "warm"),
-    "cold": ("cold", "cool"),
-    "start": ("start", "begin", "starts", "begins"),
-    "stop": ("stop", "end", "ends", "stops"),
-    "add": ("add", "insert"),
-    "remove": ("remove", "delete", "uninstall"),
-    "install": ("install",),
+    "male": ("male", "men", "boys"),
+    "female": ("female", "women", "girls"),
+    "adult": ("adult", "adults", "grownup", "grownups"),
+    "child": ("child", "children", "kid", "kids", "toddler", "toddlers", "baby", "babies", "infant",
+              "infants", "newborn", "newborns", "teenager", "teenagers", "minor", "minors"),
+    "pregnant": ("pregnant", "pregnancy", "breastfeeding", "nursing"),
+    "senior": ("pensioner", "pensioners", "retiree", "retirees"),
+    "include": ("including", "include", "includes", "inclusive"),
+    "exclude": ("excluding", "exclude", "except", "excludes", "exclusive"),
+    "free": ("free",),
+    "paid": ("paid", "premium", "paying"),
 }
-EN_SCOPE: dict[str, str] = {w: group for group, words in _SCOPE_GROUPS.items() for w in words if " " not in w}
+EN_QUALIFIERS: dict[str, str] = {w: group for group, words in _QUALIFIER_GROUPS.items() for w in words}
+# Groups that answer the same slot: between rewordings only a different member of one family is a conflict
+# ("all" vs "some"), while a qualifier one rewording leaves out is often just wording.
+QUALIFIER_FAMILY: dict[str, str] = {
+    **dict.fromkeys(("all", "some", "only", "most", "least"), "quantity"),
+    **dict.fromkeys(("max", "min", "best", "worst", "fast", "slow", "cheap", "expensive", "old", "new", "near",
+                     "far"), "extreme"),
+    **dict.fromkeys(("first", "last"), "rank"), **dict.fromkeys(("pro", "con"), "procon"),
+    **dict.fromkeys(("fulltime", "parttime"), "employment"),
+    **dict.fromkeys(("annual", "monthly", "weekly", "daily", "hourly"), "period"),
+    **dict.fromkeys(("domestic", "international"), "region"), **dict.fromkeys(("gross", "net"), "pay"),
+    **dict.fromkeys(("north", "south", "east", "west"), "compass"), **dict.fromkeys(("male", "female"), "sex"),
+    **dict.fromkeys(("adult", "child", "pregnant", "senior"), "population"), **dict.fromkeys(("include", "exclude"), "inclusion"),
+    **dict.fromkeys(("free", "paid"), "price"),
+}
+
+# Polar axes: two opposite sides. A pair is rejected when one text takes a side of an axis the other text
+# contradicts ("before" vs "after", "turn on" vs "disable"); a side present in one text only is wording
+# ("How do I stop X" vs "How do I get rid of X"). Two-word entries are matched on adjacent words.
+_POLAR_AXES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "compare": (("more", "greater", "higher", "larger", "bigger", "above", "over", "exceed", "exceeds",
+                 "exceeding", "beyond", "longer", "taller", "heavier", "wider", "plus"),
+                ("less", "fewer", "lower", "smaller", "below", "under", "beneath", "shorter", "lighter",
+                 "narrower", "minus")),
+    "age": (("older", "elder", "old", "senior", "seniors", "elderly"), ("younger", "young", "junior", "youth")),
+    "time": (("after", "later", "afterwards", "since"), ("before", "earlier", "prior", "until", "beforehand")),
+    "price": (("expensive", "pricier", "costly", "costlier", "luxury"), ("cheap", "cheaper", "inexpensive",
+                                                                         "budget", "lowcost")),
+    "speed": (("fast", "faster", "quick", "quicker", "rapid", "speed up"), ("slow", "slower", "slow down")),
+    "temperature": (("hot", "hotter", "warm", "warmer", "heat", "heating"), ("cold", "colder", "cool", "cooler",
+                                                                            "cooling", "freeze", "freezing")),
+    "distance": (("near", "nearby", "close to", "closer"), ("far", "farther", "further", "distant")),
+    "size": (("big", "large", "huge", "bigger"), ("small", "tiny", "smaller")),
+    "length": (("long",), ("short",)),
+    "weight": (("heavy",), ("light", "lightweight")),
+    "brightness": (("dark", "darker", "darken"), ("light", "bright", "brighter", "brighten")),
+    "run": (("start", "begin", "starts", "begins", "starting", "launch", "resume"),
+            ("stop", "end", "ends", "stops", "stopping", "finish", "quit", "pause", "halt", "terminate")),
+    "open": (("open", "opens", "opened", "opening", "unlock"), ("close", "closes", "closed", "closing", "shut",
+                                                               "lock", "locked")),
+    "switch": (("enable", "enabled", "activate", "turn on", "switch on", "switched on", "turned on"),
+               ("disable", "disabled", "deactivate", "turn off", "switch off", "switched off", "turned off")),
+    "amount": (("increase", "raise", "grow", "boost", "increases", "increasing", "gain", "maximize",
+                "maximise", "add", "more of"),
+               ("decrease", "reduce", "cut", "decreases", "reducing", "decreasing", "lose", "minimize",
+                "minimise", "drop", "lower")),
+    "trade": (("buy", "purchase", "buying", "bought", "buyer"), ("sell", "selling", "sold", "seller")),
+    "flow": (("import", "imports", "upload", "uploads", "inbound", "incoming", "input"),
+             ("export", "exports", "download", "downloads", "outbound", "outgoing", "output")),
+    "transfer": (("receive", "received", "receiving"), ("send", "sent", "sending")),
+    "crypt": (("encrypt", "encryption", "encode", "compress", "zip"), ("decrypt", "decryption", "decode",
+                                                                         "decompress", "unzip")),
+    "install": (("install", "installing", "add", "insert", "create"), ("uninstall", "remove", "delete",
+                                                                      "uninstalling", "removing", "deleting")),
+    "win": (("win", "won", "winning", "winner", "pass", "passed", "success", "succeed"),
+            ("lose", "lost", "losing", "loser", "fail", "failed", "failure")),
+    "truth": (("true", "correct", "right", "valid", "positive", "pros"), ("false", "wrong", "incorrect",
+                                                                         "invalid", "negative", "cons")),
+    "allow": (("allow", "allowed", "permit", "permitted", "accept", "accepted", "approve", "approved", "grant",
+               "granted", "include"),
+              ("forbid", "forbidden", "ban", "banned", "prohibit", "prohibited", "reject", "rejected",
+               "refuse", "refused", "block", "blocked", "exclude", "decline", "declined", "deny", "denied")),
+    "arrive": (("arrive", "arrival", "arrivals", "arriving", "land", "landing"),
+               ("depart", "departure", "departures", "departing", "leave", "takeoff")),
+    "rise": (("rise", "rises", "rising", "up", "upward", "ascend"), ("fall", "falls", "falling", "down",
+                                                                   "downward", "descend")),
+    "difficulty": (("easy", "easier", "easiest", "simple", "simpler"), ("hard", "harder", "hardest",
+                                                                        "difficult", "complex")),
+    "strength": (("strong", "stronger"), ("weak", "weaker")),
+    "wealth": (("rich", "richer", "wealthy"), ("poor", "poorer")),
+    "safety": (("safe", "safer", "safest", "harmless", "nontoxic"), ("dangerous", "unsafe", "risky", "harmful",
+                                                                   "toxic", "poisonous")),
+    "health": (("healthy", "healthier", "good for"), ("unhealthy", "bad for", "harmful")),
+    "quality": (("good", "better"), ("bad", "worse")),
+    "mood": (("happy", "happier", "happiness"), ("sad", "sadder", "sadness", "unhappy")),
+    "wet": (("wet", "humid", "damp"), ("dry", "drier", "arid")),
+    "push": (("push", "pushes"), ("pull", "pulls")),
+    "left": (("left",), ("right",)),
+    "in": (("inside", "indoor", "indoors", "interior"), ("outside", "outdoor", "outdoors", "exterior")),
+    "max": (("max", "maximum", "upper"), ("min", "minimum", "lower")),
+    "first": (("first", "earliest", "beginning"), ("last", "latest", "final", "ending")),
+    "top": (("top",), ("bottom",)),
+    "front": (("front", "forward", "forwards"), ("back", "backward", "backwards", "rear")),
+    "plus": (("add", "plus", "sum", "multiply", "times"), ("subtract", "minus", "divide", "divided")),
+    "sex": (("male", "men", "man", "boys", "boy", "husband", "father", "son", "brother", "he", "his"),
+            ("female", "women", "woman", "girls", "girl", "wife", "mother", "daughter", "sister", "she", "her")),
+    "gain": (("profit", "profits", "income", "revenue", "credit"), ("loss", "losses", "expense", "expenses",
+                                                                  "cost", "debit")),
+    "love": (("love", "loves", "favorite", "favourite"), ("hate", "hates", "dislike", "dislikes")),
+}
+# Axes whose words are rare and specific enough that taking opposite sides is a different question even
+# between loose rewordings (upload / download); the others count only between close texts.
+STRONG_AXES = frozenset({"flow", "crypt", "install", "trade", "switch", "arrive", "allow"})
+# Persons of pronouns: who does what to whom ("she sends me" / "I send her") between close texts. "you" is
+# left out: "can you ..." is a way of asking, not a party.
+EN_PERSON: dict[str, int] = {**dict.fromkeys(("i", "me", "my", "mine", "myself", "we", "us", "our", "ours"), 1),
+                             **dict.fromkeys(("he", "him", "his", "she", "her", "hers", "they", "them", "their",
+                                              "theirs"), 3)}
+EN_POLAR: dict[str, tuple[tuple[str, int], ...]] = {}
+for _axis, (_plus, _minus) in _POLAR_AXES.items():
+    for _side, _words in ((1, _plus), (-1, _minus)):
+        for _w in _words:
+            EN_POLAR[_w] = (*EN_POLAR.get(_w, ()), (_axis, _side))
+
+# Prefixes that negate the word they are put on: "legal" / "illegal", "able" / "unable", "smoking" /
+# "non-smoking" (hyphens are dropped before the comparison).
+EN_NEGATING_PREFIXES = ("non", "un", "in", "im", "ir", "il", "dis", "ab", "mal")
+
+# Words between two swapped terms that make the relation symmetric: "X and Y", "X vs Y", "between X and Y".
+EN_SYMMETRIC = frozenset({"and", "or", "vs", "versus", "v", "with", "between", "compare", "compared", "the",
+                          "a", "an", "&", "plus", "nor", "both", "either", "neither"})
+# Words that make the order of two terms matter: "from X to Y", "X than Y", "convert X into Y".
+EN_DIRECTIONAL = frozenset({"to", "from", "into", "than", "over", "under", "before", "after", "by", "for",
+                            "onto", "towards", "toward", "then", "above", "below", "beat", "beats", "defeat",
+                            "defeated", "against", "per", "in", "of", "divided", "minus", "exceed", "exceeds",
+                            "becomes", "become", "replace", "replaced", "instead", "->", "=>"})
+
+# Units next to a number: compared in context ("5 km" vs "5 miles").
+EN_UNITS: dict[str, str] = {
+    **{u: "km" for u in ("km", "kms", "kilometer", "kilometers", "kilometre", "kilometres")},
+    **{u: "mile" for u in ("mi", "mile", "miles")},
+    **{u: "m" for u in ("m", "meter", "meters", "metre", "metres")},
+    **{u: "cm" for u in ("cm", "centimeter", "centimeters", "centimetre", "centimetres")},
+    **{u: "mm" for u in ("mm", "millimeter", "millimeters", "millimetre", "millimetres")},
+    **{u: "ft" for u in ("ft", "foot", "feet")},
+    **{u: "in" for u in ("inch", "inches")},
+    **{u: "kg" for u in ("kg", "kgs", "kilo", "kilos", "kilogram", "kilograms")},
+    **{u: "g" for u in ("g", "gram", "grams", "gr")},
+    **{u: "lb" for u in ("lb", "lbs", "pound", "pounds")},
+    **{u: "oz" for u in ("oz", "ounce", "ounces")},
+    **{u: "l" for u in ("l", "liter", "liters", "litre", "litres")},
+    **{u: "ml" for u in ("ml", "milliliter", "milliliters", "millilitre", "millilitres")},
+    **{u: "cup" for u in ("cup", "cups")},
+    **{u: "s" for u in ("s", "sec", "secs", "second", "seconds")},
+    **{u: "min" for u in ("min", "mins", "minute", "minutes")},
+    **{u: "h" for u in ("h", "hr", "hrs", "hour", "hours")},
+    **{u: "day" for u in ("day", "days")},
+    **{u: "week" for u in ("week", "weeks", "wk", "wks")},
+    **{u: "month" for u in ("month", "months")},
+    **{u: "year" for u in ("year", "years", "yr", "yrs")},
+    **{u: "usd" for u in ("usd", "dollar", "dollars", "$", "bucks")},
+    **{u: "eur" for u in ("eur", "euro", "euros", "€")},
+    **{u: "gbp" for u in ("gbp", "£", "quid")},
+    **{u: "yen" for u in ("yen", "jpy", "¥", "rmb", "yuan", "cny")},
+    **{u: "c" for u in ("c", "°c", "celsius", "centigrade")},
+    **{u: "f" for u in ("f", "°f", "fahrenheit")},
+    **{u: "gb" for u in ("gb", "gigabyte", "gigabytes")},
+    **{u: "mb" for u in ("mb", "megabyte", "megabytes")},
+    **{u: "tb" for u in ("tb", "terabyte", "terabytes")},
+    **{u: "percent" for u in ("%", "percent", "per cent", "pct")},
+    **{u: "mph" for u in ("mph",)},
+    **{u: "kmh" for u in ("kmh", "kph")},
+}
 
 EN_NOT_ENTITIES = frozenset({"i", "i'm", "i've", "i'd", "i'll", "ok", "okay"})
 
@@ -177,27 +331,69 @@ ZH_DATES: dict[str, str] = _longest_first({
     **{f"周{k}": f"weekday:{v}" for k, v in _ZH_WEEKDAY_NAMES.items() if k != "天"},
 })
 
-ZH_SCOPE: dict[str, str] = _longest_first({
+ZH_QUALIFIERS: dict[str, str] = _longest_first({
     "所有": "all", "全部": "all", "每个": "all", "每一": "all", "一切": "all", "全都": "all",
     "一些": "some", "有些": "some", "部分": "some", "某些": "some", "几个": "some",
     "只有": "only", "仅仅": "only", "仅": "only", "只": "only",
-    "最大": "max", "最高": "max", "最多": "max", "最长": "max", "最重": "max",
-    "最小": "min", "最低": "min", "最少": "min", "最短": "min", "最轻": "min",
+    "最大": "max", "最高": "max", "最多": "max", "最长": "max", "最重": "max", "最深": "max", "最热": "max",
+    "最小": "min", "最低": "min", "最少": "min", "最短": "min", "最轻": "min", "最浅": "min", "最冷": "min",
     "最好": "best", "最佳": "best", "最棒": "best", "最差": "worst", "最坏": "worst",
     "最快": "fast", "最慢": "slow", "最便宜": "cheap", "最贵": "expensive", "最早": "old", "最新": "new",
-    "最近": "new", "第一": "first", "首个": "first", "最后": "last", "最终": "last",
-    "超过": "more", "以上": "more", "大于": "more", "多于": "more", "高于": "more",
-    "以下": "less", "少于": "less", "小于": "less", "低于": "less", "不到": "less",
-    "之前": "before", "以前": "before", "之后": "after", "以后": "after",
+    "最远": "far", "离得最近": "near", "最接近": "near", "最近的": "near",
+    "第一": "first", "首个": "first", "最后": "last", "最终": "last",
     "优点": "pro", "好处": "pro", "优势": "pro", "缺点": "con", "坏处": "con", "劣势": "con", "风险": "con",
-    "增加": "increase", "提高": "increase", "提升": "increase", "减少": "decrease", "降低": "decrease",
-    "购买": "buy", "买": "buy", "出售": "sell", "卖": "sell", "进口": "import", "出口": "export",
-    "上传": "upload", "下载": "download", "开启": "enable", "启用": "enable", "打开": "enable",
-    "关闭": "disable", "禁用": "disable", "包括": "include", "包含": "include", "除了": "exclude",
-    "排除": "exclude", "北方": "north", "南方": "south", "东部": "east", "西部": "west", "男性": "male",
-    "女性": "female", "加密": "encrypt", "解密": "decrypt", "安装": "install", "卸载": "remove",
-    "删除": "remove", "添加": "add",
+    "全职": "fulltime", "兼职": "parttime", "国内": "domestic", "国际": "international", "海外": "international",
+    "出国": "international", "每年": "annual", "年度": "annual", "每月": "monthly", "每个月": "monthly",
+    "每周": "weekly", "每天": "daily", "每日": "daily", "税前": "gross", "税后": "net",
+    "男性": "male", "男生": "male", "女性": "female", "女生": "female", "儿童": "child", "孩子": "child",
+    "小孩": "child", "婴儿": "child", "宝宝": "child", "成人": "adult", "成年人": "adult", "孕妇": "pregnant",
+    "怀孕": "pregnant", "哺乳期": "pregnant", "老人": "senior", "老年人": "senior", "免费": "free",
+    "付费": "paid", "收费": "paid", "北方": "north", "南方": "south", "东部": "east", "西部": "west",
+    "包括": "include", "包含": "include", "除了": "exclude", "排除": "exclude",
 })
+
+# Opposite sides of an axis (see EN_POLAR): rejected only when the two texts take opposite sides.
+ZH_POLAR: dict[str, tuple[str, int]] = _longest_first({  # type: ignore[arg-type]
+    **{w: ("compare", 1) for w in ("超过", "以上", "大于", "多于", "高于", "更多", "更大", "更高", "超出")},
+    # not 不到 / 不足: "收不到" is a negation, and a negation is counted as one
+    **{w: ("compare", -1) for w in ("以下", "少于", "小于", "低于", "更少", "更小", "更低")},
+    **{w: ("time", -1) for w in ("之前", "以前", "前的", "提前", "早于")},
+    **{w: ("time", 1) for w in ("之后", "以后", "后的", "晚于", "延后")},
+    **{w: ("age", 1) for w in ("年长", "老年", "老人", "年纪大")},
+    **{w: ("age", -1) for w in ("年轻", "青年", "年纪小")},
+    **{w: ("amount", 1) for w in ("增加", "提高", "提升", "增长", "上涨", "涨")},
+    **{w: ("amount", -1) for w in ("减少", "降低", "下降", "下跌", "跌", "缩减")},
+    **{w: ("trade", 1) for w in ("购买", "买入", "买")},
+    **{w: ("trade", -1) for w in ("出售", "卖出", "卖")},
+    "进口": ("flow", 1), "出口": ("flow", -1), "上传": ("flow", 1), "下载": ("flow", -1),
+    "收到": ("flow", 1), "发送": ("flow", -1), "输入": ("flow", 1), "输出": ("flow", -1),
+    **{w: ("switch", 1) for w in ("开启", "启用", "打开", "开通", "激活", "开了", "开着", "开机")},
+    **{w: ("switch", -1) for w in ("关闭", "禁用", "关掉", "停用", "取消", "关了", "关着", "关机")},
+    "加密": ("crypt", 1), "解密": ("crypt", -1), "压缩": ("crypt", 1), "解压": ("crypt", -1),
+    **{w: ("install", 1) for w in ("安装", "添加", "新增", "创建")},
+    **{w: ("install", -1) for w in ("卸载", "删除", "移除")},
+    "开始": ("run", 1), "启动": ("run", 1), "停止": ("run", -1), "结束": ("run", -1), "暂停": ("run", -1),
+    "热": ("temperature", 1), "冷": ("temperature", -1), "近": ("distance", 1), "远": ("distance", -1),
+    "快": ("speed", 1), "慢": ("speed", -1), "贵": ("price", 1), "便宜": ("price", -1),
+    "容易": ("difficulty", 1), "简单": ("difficulty", 1), "难": ("difficulty", -1), "困难": ("difficulty", -1),
+    "赢": ("win", 1), "输": ("win", -1), "成功": ("win", 1), "失败": ("win", -1),
+    "到达": ("arrive", 1), "抵达": ("arrive", 1), "出发": ("arrive", -1), "离开": ("arrive", -1),
+    "上升": ("rise", 1), "下降趋势": ("rise", -1), "左": ("left", 1), "右": ("left", -1),
+    "男": ("sex", 1), "女": ("sex", -1), "丈夫": ("sex", 1), "妻子": ("sex", -1), "老公": ("sex", 1),
+    "老婆": ("sex", -1), "父亲": ("sex", 1), "母亲": ("sex", -1), "爸爸": ("sex", 1), "妈妈": ("sex", -1),
+    "室内": ("in", 1), "室外": ("in", -1), "户外": ("in", -1),
+    "好": ("quality", 1), "坏": ("quality", -1), "健康": ("health", 1), "有害": ("health", -1),
+    "安全": ("safety", 1), "危险": ("safety", -1), "优点多": ("quality", 1),
+    "盈利": ("gain", 1), "收入": ("gain", 1), "利润": ("gain", 1), "亏损": ("gain", -1), "支出": ("gain", -1),
+    "成本": ("gain", -1), "正确": ("truth", 1), "错误": ("truth", -1), "对": ("truth", 1), "错": ("truth", -1),
+    "允许": ("allow", 1), "可以": ("allow", 1), "禁止": ("allow", -1), "不许": ("allow", -1), "接受": ("allow", 1), "拒绝": ("allow", -1),
+    "乘": ("plus", 1), "加": ("plus", 1), "除": ("plus", -1), "减": ("plus", -1),
+})
+# Characters that mark a direction between two terms (从 X 到 Y, X 比 Y, 把 X 换成 Y).
+ZH_DIRECTIONAL = ("从", "到", "比", "兑", "转成", "换成", "转换", "变成", "给", "向", "往", "对")
+# Characters between two exchanged terms that make the exchange a change of roles (父亲的遗产女儿 / 女儿的遗产
+# 父亲, 成都在重庆的西边 / 重庆在成都的西边); 和 / 与 / 跟 join terms symmetrically and are not among them.
+ZH_RELATION = frozenset("的在兑到比给向往对能连转把从用换")
 
 # Question words and politeness that change no answer; removed before the substitution check so that
 # 如何/怎么/怎样 or 请问/麻烦 count as the same request.

@@ -1,118 +1,564 @@
 """The second check before a semantic hit is served: reject pairs whose meaning differs in ways cosine misses.
 
-Sentence embeddings put "Is X safe?" and "Is X not safe?", "flights on May 3" and "flights on May 4", "capital
-of Austria" and "capital of Australia" almost on top of each other. Each text is reduced to the facts that flip
-an answer (negation polarity, numbers, dates, named entities, scope words such as all/only/most/before); the
-pair passes only if both texts carry the same facts. English and Chinese. Pure Python, microseconds per pair.
+Sentence embeddings put "Is X safe?" and "Is X unsafe?", "Is 3 greater than 5?" and "Is 5 greater than 3?",
+"capital of Austria" and "capital of Australia", two different 300-character hashes (both one unknown token)
+almost on top of each other. Each text (in near-repeat form, normalize.py) is reduced to the facts that flip
+an answer, and the pair passes only if both carry the same facts:
+
+- opaque tokens (hashes, URLs, ids, codes, anything the embedding cannot read) compared literally;
+- negation polarity (not/never/without/can't, 不/没/无/非/未/别) and negating prefixes (un-, non-, in-, dis-,
+  im-, ir-, il-) of a word the other text has;
+- numbers in order of appearance (digits, number words, 汉字 numerals) and their units; dates;
+- names (capitalised words, acronyms, code identifiers, quoted strings) present in the other text;
+- qualifiers (all/some/only, superlatives, full-time/part-time, annual/monthly, domestic/international, ...)
+  on both sides; opposite sides of an axis (before/after, under/over, turn on/disable, buy/sell) never;
+- the order of two shared terms around a direction word (from A to B vs from B to A, X than Y);
+- a content word swapped for another in otherwise equal texts (EN and ZH).
+
+Before comparing, a word of one text that is one typo away from a word of the other ("warrenty"/"warranty")
+is read as that word, unless both are dictionary words ("affect"/"effect"). Pure Python; facts are cached per
+text, so a pair costs tens of microseconds.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
 from gateway.cache import lexicon as lx
+from gateway.cache.normalize import known_words, semantic_form, typo_equal
 
-_WORD = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?|\d+(?:[.,:]\d+)*%?")
+# Every reason a candidate can be turned down for (the metric's label values).
+REASONS = ("opaque", "negation", "number", "date", "entity", "scope", "antonym", "order", "content")
+
+_WORD = re.compile(r"[A-Za-z]+(?:[-'][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 _CJK_NUMERAL = re.compile(r"[零〇一二两三四五六七八九十百千万亿]+")
-_SENTENCE_END = re.compile(r"[.!?。！？]\s*$")
+_HALF = re.compile(r"半")
+_SENTENCE_END = re.compile(r"[.!?。！？:]\s*$")
 _A_NOT_A = re.compile(r"(.)[不没]\1")  # 是不是 / 能不能 / 有没有: a question form, not a negation
+_NOT_IN_TOKEN = re.compile(r"[\s\u3000-\u303f\u3400-\u9fff]+")  # Chinese runs end a token: "用Python3写"
+_QUOTED = re.compile(r'"([^"]{1,200})"')
+_EDGE_PUNCT = "\"'.,;:!?()[]{}<>"
+_IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::|->)[\w$]+)+(?:\(\))?|[A-Za-z_$]\w*\(\)|\w*_\w+")
+_NUMBER_WITH_UNIT = re.compile(r"\d+(?:[.,:]\d+)*(?:[a-z%°]{1,4})?", re.IGNORECASE)
+_HEX = re.compile(r"[0-9a-fA-F]{8,}")
+# Characters MiniLM's vocabulary reads: ASCII, Latin letters with accents, CJK, common punctuation.
+_READABLE = re.compile(r"[\x20-\x7e\u00a0-\u024f\u0370-\u03ff\u0400-\u04ff\u3000-\u303f\u3400-\u9fff"
+                       r"\uff00-\uffef\u2010-\u2027\u2030-\u205e\u00b0]")
+OPAQUE_MIN_LEN = 21  # longer words become one unknown token or a string of meaningless pieces
+CLOSE_OVERLAP = 0.5
+ORDER_OVERLAP = 0.4  # from here two terms governed by other direction words are a swap
+EDIT_OVERLAP = 0.7  # from here a content word added or dropped is a change of scope  # token overlap from which a pair is an edit of one text, not a rewording (tune split)
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     ok: bool
-    reason: str | None = None  # negation | number | date | entity | scope | content
+    reason: str | None = None  # one of REASONS
 
 
 @dataclass(frozen=True, slots=True)
 class Facts:
+    words: tuple[str, ...]  # lower-case words and numbers in order; hyphens and possessive 's dropped
+    tokens: tuple[str, ...]  # words and CJK characters in order, for the overlap of two texts
+    counts: Counter
     negation_odd: bool
-    numbers: frozenset[float]
+    numbers: tuple[float, ...]  # in order of appearance
+    units: frozenset[str]
     dates: frozenset[str]
-    entities: frozenset[str]  # lower-cased
-    words: frozenset[str]  # every lower-cased word, to forgive case-only differences of entities
-    scope: frozenset[str]
+    entities: frozenset[str]  # lower-cased names, identifiers and quoted strings
+    opaque: tuple[str, ...]  # sorted, literal
+    qualifiers: frozenset[str]
+    polar: frozenset[tuple[str, int]]  # (axis, side)
     cjk_core: str  # Chinese text with the paraphrase-neutral words taken out, for the substitution check
+    cjk_plain: str  # its characters before lexicon words were taken out, for the exchange check
+    folded: str  # the whole text lower-cased, for quoted strings
 
 
 def verify(query: str, candidate: str) -> Verdict:
-    a, b = facts(query), facts(candidate)
-    if a.negation_odd != b.negation_odd:
-        return Verdict(False, "negation")
-    if a.numbers != b.numbers:
-        return Verdict(False, "number")
-    if a.dates != b.dates:
-        return Verdict(False, "date")
-    if (a.entities - b.words) or (b.entities - a.words):
-        return Verdict(False, "entity")
-    if a.scope != b.scope:
-        return Verdict(False, "scope")
-    if a.cjk_core and b.cjk_core and _cjk_substituted(a.cjk_core, b.cjk_core):
-        return Verdict(False, "content")
-    return Verdict(True)
+    qa, qb = semantic_form(query), semantic_form(candidate)
+    if qa.casefold() == qb.casefold():
+        return Verdict(True)
+    a, b = facts(qa), facts(qb)
+    aliases = _typo_aliases(a, b)
+    if aliases:  # read the misspelt words as the other text's words, then compare as usual
+        a = facts(_respell(qa, aliases))
+    reason = _compare(a, b)
+    return Verdict(reason is None, reason)
 
 
-@lru_cache(maxsize=8192)
+def _compare(a: Facts, b: Facts) -> str | None:
+    if a.opaque != b.opaque:
+        return "opaque"
+    # Look-alike traps are small edits of a question; rewordings share few words. Facts one text states and
+    # the other leaves out ("I don't eat meat, anything vegetarian?") are wording between rewordings, and a
+    # changed fact only when the rest is the same text.
+    overlap = _overlap(a, b)
+    close = overlap >= CLOSE_OVERLAP
+    if (close and a.negation_odd != b.negation_odd) or _prefix_negated(a, b) or _prefix_negated(b, a):
+        return "negation"
+    if a.numbers != b.numbers and (close or (a.numbers and b.numbers)):
+        return "number"
+    if a.units and b.units and a.units != b.units:
+        return "number"
+    if a.dates != b.dates and (close or _date_conflict(a.dates, b.dates)):
+        return "date"
+    missing_a, missing_b = _missing_entity(a, b), _missing_entity(b, a)
+    if (missing_a and missing_b) or (close and (missing_a or missing_b)):
+        return "entity"
+    if a.qualifiers != b.qualifiers and (close or _family_conflict(a.qualifiers, b.qualifiers)):
+        return "scope"
+    if _opposed(a.polar, b.polar, strong_only=not close):
+        return "antonym"
+    if _swapped(a, b, overlap >= ORDER_OVERLAP):
+        return "order"
+    if close:
+        edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
+        if edit:
+            return edit
+    if a.cjk_core and b.cjk_core:
+        if _cjk_reordered(a.cjk_plain, b.cjk_plain):
+            return "order"
+        if close:
+            edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
+            if edit:
+                return edit
+    return None
+
+
+# ---- pairwise checks ---------------------------------------------------------------------------------------
+
+
+def _typo_aliases(a: Facts, b: Facts) -> dict[str, str]:
+    a_only = [w for w in a.counts if w not in b.counts and w.isalpha()]
+    if not a_only:
+        return {}
+    b_only = [w for w in b.counts if w not in a.counts and w.isalpha()]
+    aliases: dict[str, str] = {}
+    for w in a_only:
+        for v in b_only:
+            if typo_equal(w, v):
+                aliases[w] = v
+                break
+    return aliases
+
+
+def _respell(text: str, aliases: dict[str, str]) -> str:
+    def swap(m: re.Match[str]) -> str:
+        word = m.group(0)
+        fixed = aliases.get(word.lower())
+        if fixed is None:
+            return word
+        return fixed.capitalize() if word[0].isupper() else fixed
+
+    return re.sub(r"[A-Za-z]+", swap, text)
+
+
+def _prefix_negated(a: Facts, b: Facts) -> bool:
+    """A word of a is a negating prefix plus a word b has and a lacks: "legal"/"illegal", "able"/"unable"."""
+    for w in a.counts:
+        if w in b.counts or len(w) < 6:
+            continue
+        for prefix in lx.EN_NEGATING_PREFIXES:
+            if w.startswith(prefix):
+                stem = w[len(prefix):]
+                if len(stem) >= 4 and stem in b.counts and stem not in a.counts:
+                    return True
+    return False
+
+
+def _missing_entity(a: Facts, b: Facts) -> bool:
+    for e in a.entities:
+        if e in b.counts or e in b.entities:
+            continue
+        if " " in e or not e.isalnum():  # quoted strings and identifiers: present somewhere in the other text
+            if e in b.folded:
+                continue
+        return True
+    return False
+
+
+def _overlap(a: Facts, b: Facts) -> float:
+    """How much of the two texts is the same text: 2 * matched tokens / all tokens (words, CJK characters)."""
+    if not a.tokens or not b.tokens:
+        return 0.0
+    return difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False).ratio()
+
+
+def _date_conflict(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Both texts name a date of one kind, differently: Monday vs Tuesday, this week vs next week."""
+    kinds_a: dict[str, set[str]] = {}
+    for d in a:
+        kinds_a.setdefault(d.split(":")[0], set()).add(d)
+    kinds_b: dict[str, set[str]] = {}
+    for d in b:
+        kinds_b.setdefault(d.split(":")[0], set()).add(d)
+    return any(kind in kinds_b and v != kinds_b[kind] for kind, v in kinds_a.items())
+
+
+def _family_conflict(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Both texts qualify the same slot, differently: "all" vs "some", "monthly" vs "annual"."""
+    fam_a: dict[str, set[str]] = {}
+    for tag in a:
+        fam_a.setdefault(lx.QUALIFIER_FAMILY.get(tag, tag), set()).add(tag)
+    fam_b: dict[str, set[str]] = {}
+    for tag in b:
+        fam_b.setdefault(lx.QUALIFIER_FAMILY.get(tag, tag), set()).add(tag)
+    return any(family in fam_b and tags != fam_b[family] for family, tags in fam_a.items())
+
+
+def _opposed(a: frozenset[tuple[str, int]], b: frozenset[tuple[str, int]], strong_only: bool) -> bool:
+    """True when a side one text takes alone is opposed by a side the other takes alone ("before" vs
+    "after"); a text taking both sides ("speed up my slow computer") opposes nothing by itself."""
+    only_b = b - a
+    return any((axis, -side) in only_b and (not strong_only or axis in lx.STRONG_AXES) for axis, side in a - b)
+
+
+def _role(words: tuple[str, ...], i: int) -> str | None:
+    """The direction word governing the term at i: the nearest one among the three words before it."""
+    for j in range(i - 1, max(-1, i - 4), -1):
+        if words[j] in lx.EN_DIRECTIONAL:
+            return words[j]
+    return None
+
+
+def _swapped(a: Facts, b: Facts, close: bool) -> bool:
+    """Two terms that both texts contain once, in opposite orders: exchanged in otherwise equal texts, or
+    (in close texts) with a direction word governing them differently: "from London to Paris" / "from Paris
+    to London", "Is Python faster than Java" / "...Java ... Python". Reordering that keeps each term's
+    direction word ("to Paris from London") or joins them symmetrically ("X and Y", "X vs Y") is wording."""
+    ta, tb = a.tokens, b.tokens
+    if ta == tb:
+        return False
+    count_a, count_b = Counter(ta), Counter(tb)
+    pos_a = {w: i for i, w in enumerate(ta) if count_a[w] == 1 and not _CJK.match(w)}
+    pos_b = {w: i for i, w in enumerate(tb) if count_b[w] == 1 and not _CJK.match(w)}
+    terms = [w for w in pos_a if w in pos_b and w not in _FUNCTION and w not in lx.EN_DIRECTIONAL]
+    for i, x in enumerate(terms):
+        for y in terms[i + 1:]:
+            if pos_b[x] < pos_b[y]:
+                continue  # same order in both (terms are in a's order)
+            between_a = ta[pos_a[x] + 1:pos_a[y]]
+            between_b = tb[pos_b[y] + 1:pos_b[x]]
+            if all(w in lx.EN_SYMMETRIC for w in between_a) and all(w in lx.EN_SYMMETRIC for w in between_b):
+                continue
+            roles_a = (_role(ta, pos_a[x]), _role(ta, pos_a[y]))
+            roles_b = (_role(tb, pos_b[x]), _role(tb, pos_b[y]))
+            if _exchange(ta, pos_a[x], pos_a[y]) == tb:
+                return True
+            # the direction word of one term now governs the other: "from X to Y" / "to X from Y"
+            if close and ((roles_a[0] is not None and roles_a[0] == roles_b[1])
+                          or (roles_a[1] is not None and roles_a[1] == roles_b[0])):
+                return True
+            if close and "than" in between_a and "than" in between_b:
+                return True
+    return False
+
+
+def _exchange(words: tuple[str, ...], i: int, j: int) -> tuple[str, ...]:
+    out = list(words)
+    out[i], out[j] = out[j], out[i]
+    return tuple(out)
+
+
+# What comes before the "n't" of a negated auxiliary once the apostrophe is gone ("havent", "wouldnt").
+_NT_STEMS = frozenset({"do", "does", "did", "is", "are", "was", "were", "have", "has", "had", "could", "would",
+                       "should", "must", "need", "might", "ca", "wo", "sha", "ai", "dare"})
+
+# Words that are never the terms of a relation.
+_FUNCTION = frozenset("""
+a an the and or but if so then than that this these those there here it its is are was were be been am do does
+did can could should would will shall may might must have has had i me my mine we us our you your he she him her
+his they them their what which who whom whose how why when where whats s t re ve ll d m not no yes any some all
+also just very really please
+""".split())
+
+_WEAK = lx.EN_COMMON_WORDS | lx.EN_DIRECTIONAL | lx.EN_SYMMETRIC | frozenset({
+    "s", "t", "re", "ve", "ll", "d", "m", "way", "ways", "much", "many", "long", "often", "really", "actually",
+    "exactly", "simply", "briefly", "quickly", "basically", "kind", "sort", "type", "thing", "things", "know",
+    "want", "need", "like", "mean", "means", "possible", "there", "work", "works", "use", "using", "used",
+})
+
+
+def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str | None:
+    """In otherwise equal texts, a content word replaced by another ("capital of austria" / "... of
+    australia", "maternity leave" / "paternity leave") is "content"; one added or dropped ("for employees" /
+    "for remote employees") in nearly equal texts is "scope"; a pronoun of one person replaced by one of
+    another ("she sends me" / "I send her") is "order". Words that only moved, or changed number or
+    spelling ("cats" / "cat", "colour" / "color"), are none of these."""
+    if a == b:
+        return None
+    stems_a = {_stem(w) for w in a}
+    stems_b = {_stem(w) for w in b}
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        seg_a, seg_b = a[i1:i2], b[j1:j2]
+        if op == "replace":
+            persons_a = {p for w in seg_a if (p := lx.EN_PERSON.get(w))}
+            persons_b = {p for w in seg_b if (p := lx.EN_PERSON.get(w))}
+            if persons_a and persons_b and persons_a != persons_b:
+                return "order"  # another party: "she sends me" / "I send her"
+        new_a = [w for w in seg_a if not _weak(w) and _stem(w) not in stems_b]
+        new_b = [w for w in seg_b if not _weak(w) and _stem(w) not in stems_a]
+        if not new_a and not new_b:
+            continue
+        if _same_words(seg_a, seg_b):
+            continue
+        if new_a and new_b:
+            tags = _polar(seg_a)
+            if not tags or tags != _polar(seg_b):  # "cheaper" / "less expensive" say the same
+                return "content"
+        elif nearly_equal:
+            return "scope"
+    return None
+
+
+_BRITISH = ((re.compile(r"our$|our(?=s$|ed$|ing$)"), "or"), (re.compile(r"is(e|ed|es|ing|ation)$"), r"iz\1"),
+            (re.compile(r"yse$"), "yze"), (re.compile(r"tre$"), "ter"), (re.compile(r"ogue$"), "og"))
+
+
+@lru_cache(maxsize=16384)
+def _stem(word: str) -> str:
+    """A crude common form: American spelling, no plural or third-person s ("colours" -> "color")."""
+    if len(word) >= 6:  # not "four" / "for", "hour" / "hor"
+        for pattern, repl in _BRITISH:
+            word = pattern.sub(repl, word)
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        if word.endswith("ies"):
+            return word[:-3] + "y"
+        return word[:-2] if word.endswith("es") and word[-3] in "sxz" else word[:-1]
+    return word
+
+
+def _weak(word: str) -> bool:
+    """Function words, negations (compared by polarity), numbers (compared as values, "twenty five" / "25")."""
+    return (word in _WEAK or word[0].isdigit() or word in lx.EN_NUMBER_WORDS or word in lx.EN_ORDINALS
+            or word in lx.EN_NEGATIONS or (word.endswith("nt") and word[:-2] in _NT_STEMS))
+
+
+def _same_words(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Spelling variants: "pay day" / "payday", "license" / "licenses", "colour" typo'd."""
+    ja, jb = "".join(a), "".join(b)
+    if ja == jb or _stem(ja) == _stem(jb):
+        return True
+    return len(a) == len(b) == 1 and typo_equal(a[0], b[0])
+
+
+def _cjk_reordered(a: str, b: str) -> bool:
+    """Two terms exchanged around a relation: 从北京到上海 / 从上海到北京, 父亲的遗产女儿 / 女儿的遗产父亲.
+    Moving one phrase to the front (红烧肉怎么做 / 怎么做红烧肉) is wording."""
+    if a == b or sorted(a) != sorted(b):
+        return False
+    start = 0
+    while a[start] == b[start]:
+        start += 1
+    end = 0
+    while a[-1 - end] == b[-1 - end]:
+        end += 1
+    ma, mb = a[start:len(a) - end], b[start:len(b) - end]
+    n = len(ma)
+    for i in range(1, n):  # ma = x + middle + y and mb = y + middle + x
+        for j in range(1, n - i):
+            x, middle, y = ma[:i], ma[i:n - j], ma[n - j:]
+            if mb == y + middle + x and x != y and any(c in lx.ZH_RELATION for c in middle):
+                return True
+    return False
+
+
+def _cjk_edited(a: str, b: str, nearly_equal: bool) -> str | None:
+    """In close Chinese texts: a content word swapped (北京 -> 上海) is "content"; two or more characters
+    added or dropped (初次申领驾照 / 驾照换证) "scope"."""
+    if _cjk_substituted(a, b):
+        return "content"
+    if sorted(a) == sorted(b) or not nearly_equal:
+        return None  # the same words in another order
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op in ("insert", "delete") and len(_CJK.findall(a[i1:i2] + b[j1:j2])) >= 2:
+            return "scope"
+    return None
+
+
+def _cjk_substituted(a: str, b: str) -> bool:
+    """True when one content word was swapped for another (北京 -> 上海, 苹果 -> 微软): a replace of at least
+    one CJK character on each side. Reordering and added or dropped words are not substitutions."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "replace" and _CJK.search(a[i1:i2]) and _CJK.search(b[j1:j2]):
+            if not (set(a[i1:i2]) & set(b[j1:j2])):
+                return True
+    return False
+
+
+# ---- facts of one text -------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=16384)
 def facts(text: str) -> Facts:
-    english = _english_facts(text)
-    chinese = _chinese_facts(text) if _CJK.search(text) else _EMPTY_ZH
-    negations, numbers, dates, entities, words, scope = english
-    zneg, znum, zdates, zscope, core = chinese
+    """The answer-flipping facts of a text (in near-repeat form)."""
+    opaque, entities = _tokens(text)
+    (negations, numbers, units, dates, en_entities, words, qualifiers, polar, words_at) = _english_facts(text)
+    if _CJK.search(text):
+        zneg, znum, zdates, zqual, zpolar, core = _chinese_facts(text)
+        plain = "".join(_CJK.findall(text))
+    else:
+        zneg, znum, zdates, zqual, zpolar, core, plain = 0, [], set(), set(), set(), "", ""
     return Facts(
+        words=tuple(words),
+        tokens=_merge_tokens(words, words_at, text),
+        counts=Counter(words),
         negation_odd=(negations + zneg) % 2 == 1,
-        numbers=frozenset(numbers | znum),
+        numbers=tuple(v for _, v in sorted(numbers + znum)),
+        units=frozenset(units),
         dates=frozenset(dates | zdates),
-        entities=frozenset(entities),
-        words=frozenset(words),
-        scope=frozenset(scope | zscope),
+        entities=frozenset(entities | en_entities),
+        opaque=tuple(sorted(opaque)),
+        qualifiers=frozenset(qualifiers | zqual),
+        polar=frozenset(polar | zpolar),
         cjk_core=core,
+        cjk_plain=plain,
+        folded=text.casefold(),
     )
 
 
-# ---- English -------------------------------------------------------------------------------------------------
+def _merge_tokens(words: tuple[str, ...] | list[str], starts: list[int], text: str) -> tuple[str, ...]:
+    """The text's words and Chinese characters in order (Chinese has no spaces: each character is a token)."""
+    cjk = [(m.start(), m.group(0)) for m in _CJK.finditer(text)]
+    if not cjk:
+        return tuple(words)
+    return tuple(t for _, t in sorted([*zip(starts, words, strict=True), *cjk]))
 
 
-def _english_facts(text: str) -> tuple[int, set[float], set[str], set[str], set[str], set[str]]:
+def _tokens(text: str) -> tuple[list[str], set[str]]:
+    """Opaque tokens (compared literally) and code identifiers / quoted strings (names) of a text."""
+    opaque: list[str] = []
+    entities: set[str] = {q.strip().casefold() for q in _QUOTED.findall(text) if q.strip()}
+    for raw in _NOT_IN_TOKEN.split(text):
+        tok = raw.strip(_EDGE_PUNCT)
+        if not tok:
+            continue
+        if _is_opaque(tok):
+            opaque.append(tok)
+        elif _IDENTIFIER.fullmatch(tok) and not tok.replace(".", "").isdigit():
+            entities.add(tok.casefold())
+    return opaque, entities
+
+
+def _is_opaque(tok: str) -> bool:
+    if len(tok) >= OPAQUE_MIN_LEN and not _CJK.search(tok):
+        return True
+    if "://" in tok or tok.startswith("www.") or ("@" in tok and "." in tok):
+        return True
+    if any(not _READABLE.match(c) for c in tok):
+        return True  # emoji and scripts the embedding reads as [UNK]
+    if len(tok) >= 6 and not _NUMBER_WITH_UNIT.fullmatch(tok):
+        has_digit = any(c.isdigit() for c in tok)
+        if has_digit and any(c.isascii() and c.isalpha() for c in tok):
+            return True  # ids, codes, versions spelt together: A1B2C3, SKU-88412X, 3f9a8b...
+        if _HEX.fullmatch(tok) and has_digit:
+            return True
+    return False
+
+
+# ---- English -----------------------------------------------------------------------------------------------
+
+EnglishFacts = tuple[int, list[tuple[int, float]], set[str], set[str], set[str], list[str], set[str],
+                     set[tuple[str, int]], list[int]]
+
+
+def _english_facts(text: str) -> EnglishFacts:
     tokens = [(m.group(0), m.start()) for m in _WORD.finditer(text)]
-    lower = [t.lower().replace("’", "'") for t, _ in tokens]
+    lower = [_word(t) for t, _ in tokens]
     negations = 0
-    numbers: set[float] = set()
+    numbers: list[tuple[int, float]] = []
+    units: set[str] = set()
     dates: set[str] = set()
     entities: set[str] = set()
-    scope: set[str] = set()
-    pending_words: list[str] = []  # a run of number words ("twenty five")
+    qualifiers: set[str] = set()
+    pending: list[str] = []  # a run of number words ("twenty five")
+    pending_at = 0
     for i, (tok, start) in enumerate(tokens):
         low = lower[i]
         prev = lower[i - 1] if i else ""
         nxt = lower[i + 1] if i + 1 < len(lower) else ""
         if low in lx.EN_NUMBER_WORDS and not (low == "one" and prev in lx.EN_ONE_PRONOUN_BEFORE):
-            pending_words.append(low)
+            if not pending:
+                pending_at = start
+            pending.append(low)
             continue
-        if pending_words:
-            numbers.add(_number_words_value(pending_words))
-            pending_words = []
-        if low in lx.EN_NEGATIONS or low.endswith("n't"):
+        if pending:
+            numbers.append((pending_at, _number_words_value(pending)))
+            pending = []
+            _unit(low, nxt, units)
+        if low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS):
             negations += 1
         if tok[0].isdigit():
-            numbers.update(_digits_value(tok))
+            numbers.extend((start, v) for v in _digits_value(tok))
+            if tok.endswith("%"):
+                units.add("percent")
+            _unit(low, nxt, units)
             continue
         if low in lx.EN_ORDINALS:
-            numbers.add(lx.EN_ORDINALS[low])
+            numbers.append((start, lx.EN_ORDINALS[low]))
         date = _english_date(low, prev, nxt)
         if date:
             dates.add(date)
-        group = lx.EN_SCOPE.get(low)
+        group = lx.EN_QUALIFIERS.get(low) or lx.EN_QUALIFIERS.get(f"{low} {nxt}")
         if group and not (low == "best" and nxt == "way"):  # "the best way to" asks how, not for a ranking
-            scope.add(group)
+            qualifiers.add(group)
         if _is_entity(tok, low, text, start, i):
             entities.add(low)
-    if pending_words:
-        numbers.add(_number_words_value(pending_words))
-    return negations, numbers, dates, entities, set(lower), scope
+    if pending:
+        numbers.append((pending_at, _number_words_value(pending)))
+    return negations, numbers, units, dates, entities, lower, qualifiers, _polar(lower), [s for _, s in tokens]
+
+
+def _polar(words: list[str] | tuple[str, ...]) -> set[tuple[str, int]]:
+    """The (axis, side) pairs a run of words takes. Two-word entries first ("turn on"); "more"/"less" before
+    a polar word qualifies it ("less expensive" is the cheap side of price, not the "less" of a comparison)."""
+    polar: set[tuple[str, int]] = set()
+    i, n = 0, len(words)
+    while i < n:
+        low = words[i]
+        nxt = words[i + 1] if i + 1 < n else ""
+        sides = lx.EN_POLAR.get(f"{low} {nxt}") if nxt else None
+        step = 2 if sides else 1
+        if not sides and low in ("more", "less") and nxt in lx.EN_POLAR and nxt not in _COMPARATIVE_HEADS:
+            flip = 1 if low == "more" else -1
+            sides = tuple((axis, side * flip) for axis, side in lx.EN_POLAR[nxt])
+            step = 2
+        if not sides:
+            sides = lx.EN_POLAR.get(low)
+        if sides:
+            polar.update(sides)
+        i += step
+    return polar
+
+
+_COMPARATIVE_HEADS = frozenset({"than", "of", "more", "less"})
+
+
+def _word(tok: str) -> str:
+    """Lower-case, possessive 's and hyphens and apostrophes dropped: "driver's" -> "driver", "full-time" ->
+    "fulltime", "haven't" -> "havent" (so a repeat typed without apostrophes reads the same)."""
+    low = tok.lower().replace("-", "")
+    if low.endswith("'s"):
+        low = low[:-2]
+    return low.replace("'", "")
+
+
+def _unit(low: str, nxt: str, units: set[str]) -> None:
+    """The unit of a number: the rest of the token ("5km") or the next word ("5 km")."""
+    rest = low.lstrip("0123456789.,:")
+    unit = lx.EN_UNITS.get(rest) if rest else lx.EN_UNITS.get(nxt)
+    if unit:
+        units.add(unit)
 
 
 def _english_date(low: str, prev: str, nxt: str) -> str | None:
@@ -137,7 +583,7 @@ def _is_entity(tok: str, low: str, text: str, start: int, index: int) -> bool:
     if not tok[0].isupper():
         return False
     sentence_start = index == 0 or bool(_SENTENCE_END.search(text[:start]))
-    return not sentence_start or low not in lx.EN_COMMON_WORDS
+    return not sentence_start or (low not in lx.EN_COMMON_WORDS and low not in known_words())
 
 
 def _digits_value(tok: str) -> list[float]:
@@ -173,37 +619,51 @@ def _number_words_value(words: list[str]) -> float:
     return total + current
 
 
-# ---- Chinese -------------------------------------------------------------------------------------------------
+# ---- Chinese -----------------------------------------------------------------------------------------------
 
-_EMPTY_ZH: tuple[int, set[float], set[str], set[str], str] = (0, set(), set(), set(), "")
+ChineseFacts = tuple[int, list[tuple[int, float]], set[str], set[str], set[tuple[str, int]], str]
 
 
-def _chinese_facts(text: str) -> tuple[int, set[float], set[str], set[str], str]:
-    s = _A_NOT_A.sub(r"\1", text)
-    for word in lx.ZH_NOT_NEGATION:  # 非常, 特别, 未来, 是否 ... carry a negation character but no negation
-        s = s.replace(word, "※")
+def _chinese_facts(text: str) -> ChineseFacts:
+    s = _A_NOT_A.sub(lambda m: m.group(1) + "※" * (len(m.group(0)) - 1), text)  # keeps positions
+    s = _blank(s, lx.ZH_NOT_NEGATION)  # 非常, 特别, 未来, 是否 ... carry a negation character, negate nothing
     dates: set[str] = set()
     s = _take(s, lx.ZH_DATES, dates)
-    scope: set[str] = set()
-    s = _take(s, lx.ZH_SCOPE, scope)
+    qualifiers: set[str] = set()
+    s = _take(s, lx.ZH_QUALIFIERS, qualifiers)
+    polar: set[tuple[str, int]] = set()
+    for word, sides in lx.ZH_POLAR.items():
+        if word in s:
+            polar.add(sides)  # type: ignore[arg-type]
+            s = s.replace(word, "※" * len(word))
     negations = sum(s.count(w) for w in lx.ZH_NEGATIONS)
-    for word in lx.ZH_NUMERAL_IDIOMS:  # 一下, 一些, 一起 ... contain 一 but no count
-        s = s.replace(word, "※")
-    numbers = {v for m in _CJK_NUMERAL.finditer(s) if (v := _zh_number(m.group(0))) is not None}
-    core = s
+    s = _blank(s, lx.ZH_NUMERAL_IDIOMS)  # 一下, 一些, 一起 ... contain 一 but count nothing
+    numbers = [(m.start(), v) for m in _CJK_NUMERAL.finditer(s) if (v := _zh_number(m.group(0))) is not None]
+    numbers += [(m.start(), 0.5) for m in _HALF.finditer(s)]  # 九点半, 一年半, 半价
+    core = _CJK_NUMERAL.sub("", _cjk_neutral_removed(s))
+    return negations, numbers, dates, qualifiers, polar, core
+
+
+def _cjk_neutral_removed(s: str) -> str:
     for word in lx.ZH_NEUTRAL:
-        core = core.replace(word, "")
-    core = "".join(c for c in core if _CJK.match(c) or c.isalnum())
-    core = _CJK_NUMERAL.sub("", core)
-    return negations, numbers, dates, scope, core
+        s = s.replace(word, "")
+    return "".join(c for c in s if _CJK.match(c) or c.isalnum())
+
+
+def _blank(s: str, words: tuple[str, ...]) -> str:
+    for word in words:
+        if word in s:
+            s = s.replace(word, "※" * len(word))
+    return s
 
 
 def _take(s: str, table: dict[str, str], found: set[str]) -> str:
-    """Find each lexicon word (longest first), record its canonical tag, and blank it out of the text."""
+    """Find each lexicon word (longest first), record its canonical tag, and blank it out of the text
+    (same length, so positions of what remains still order numbers)."""
     for word, tag in table.items():
         if word in s:
             found.add(tag)
-            s = s.replace(word, "※")
+            s = s.replace(word, "※" * len(word))
     return s
 
 
@@ -224,14 +684,3 @@ def _zh_number(numeral: str) -> float | None:
             total += (section + current) * unit
             section, current = 0, 0
     return float(total + section + current)
-
-
-def _cjk_substituted(a: str, b: str) -> bool:
-    """True when one content word was swapped for another (北京 -> 上海, 苹果 -> 微软): a replace of at least
-    one CJK character on each side. Reordering and added or dropped words are not substitutions."""
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "replace" and _CJK.search(a[i1:i2]) and _CJK.search(b[j1:j2]):
-            if not (set(a[i1:i2]) & set(b[j1:j2])):
-                return True
-    return False

@@ -3,7 +3,8 @@
 `semantic_pairs.jsonl` was written alongside the verifier (in-sample); `semantic_pairs_holdout.jsonl` was
 written after the verifier's word lists were frozen and never used to tune them (out-of-sample).
 A pair "hits" when its cosine similarity reaches the threshold and, with the verifier on, the verifier accepts
-it. Recall is the share of same-meaning pairs that hit; the false-hit rate is the share of look-alike traps
+it; both texts go through the gateway's path (near-repeat form, `keys.semantic_text`, then the embedding).
+The set that resembles real traffic, with its tune / holdout split, is `semantic_eval.jsonl` (eval_set.py). Recall is the share of same-meaning pairs that hit; the false-hit rate is the share of look-alike traps
 that hit.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from gateway.cache.keys import semantic_text
 from gateway.cache.verifier import verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -48,7 +50,7 @@ def similarities(pairs: list[Pair], encode) -> np.ndarray:
     def embed(texts: list[str]) -> np.ndarray:
         return np.concatenate([encode(texts[i:i + 64]) for i in range(0, len(texts), 64)])
 
-    return (embed([p.a for p in pairs]) * embed([p.b for p in pairs])).sum(axis=1)
+    return (embed([semantic_text(p.a) for p in pairs]) * embed([semantic_text(p.b) for p in pairs])).sum(axis=1)
 
 
 def evaluate(pairs: list[Pair], sims: np.ndarray, threshold: float, use_verifier: bool,

@@ -130,7 +130,7 @@ def scope(body: dict, tenant: str = "t") -> str | None:
 def test_semantic_embeds_only_the_last_user_message() -> None:
     q = semantic_query("t", 0, "m*", "1", {"model": "m", "messages": [
         {"role": "system", "content": "Be terse."}, {"role": "user", "content": "  What is 2+2?  "}]})
-    assert q is not None and q.text == "What is 2+2?"
+    assert q is not None and q.text == "What is 2+2"  # in near-repeat form (normalize.py)
 
 
 def test_multi_turn_chats_sharing_the_last_message_get_different_scopes() -> None:
