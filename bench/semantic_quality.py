@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LLM_GATEWAY_EMBED_THREADS", "1")
 
-from gateway.cache.calibrate import LabelledPair, best, score, similarities, sweep  # noqa: E402
+from gateway.cache.calibrate import LabelledPair, best, score, similarities, sweep, window_fits  # noqa: E402
 
 THRESHOLDS = tuple(round(0.70 + 0.02 * i, 2) for i in range(15))
 KINDS_SAME = ("reword", "near_repeat")
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs = {split: [LabelledPair(p.a, p.b, p.same, {"kind": p.kind, "lang": p.lang}) for p in load_eval(split)]
              for split in ("tune", "holdout")}
     encoder = CachedEncoder(shared_embedder(), args.vectors)
-    results = {split: score(ps, similarities(ps, encoder)) for split, ps in pairs.items()}
+    results = {split: score(ps, similarities(ps, encoder), window_fits(ps)) for split, ps in pairs.items()}
     encoder.save()
 
     tune_rows = sweep(results["tune"], THRESHOLDS, use_verifier=True)

@@ -34,6 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
     policy_sub.add_parser("check", help="validate a policy file", add_help=False)
     sub.add_parser("bench", help="load test a gateway or engine (see `llm-gateway bench --help`)", add_help=False)
+    cache = sub.add_parser("cache", help="semantic cache tools")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    cache_sub.add_parser("calibrate", help="recall and wrong answers per threshold on labelled pairs "
+                                           "(see `llm-gateway cache calibrate --help`)", add_help=False)
     return parser
 
 
@@ -52,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.loadtest import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:2] == ["cache", "calibrate"]:
+        from gateway.cache.calibrate import main as calibrate_main
+
+        return calibrate_main(argv[2:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return serve(args)

@@ -9,22 +9,32 @@ pairs served), and picks the threshold that serves the most should-hits within a
 Pair file: JSON Lines, one object per line, `{"a": "cached question", "b": "new question", "same": true}`
 (`same`: whether the answer to `a` answers `b`). Other fields (`kind`, `lang`, `split`, ...) are kept for
 breakdowns and otherwise ignored; blank lines are skipped.
+
+    llm-gateway cache calibrate --pairs FILE.jsonl [--max-wrong 0.01] [--policy FILE] [--route MODEL]
+
+Exit status: 0 with a best threshold, 1 when no threshold keeps within the budget, 2 on a malformed pair
+file, policy or arguments (the message names the file and line).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import orjson
 
 from gateway.cache.keys import semantic_text
 from gateway.cache.verifier import verify
+
+if TYPE_CHECKING:
+    from gateway.cache.config import SemanticConfig
 
 DEFAULT_THRESHOLDS = tuple(round(0.70 + 0.02 * i, 2) for i in range(15))  # 0.70 .. 0.98
 
@@ -117,12 +127,49 @@ def similarities(pairs: Sequence[LabelledPair], encoder: Encoder, batch: int = 6
     return (embed(texts_a) * embed(texts_b)).sum(axis=1)
 
 
-def score(pairs: Sequence[LabelledPair], sims: np.ndarray) -> list[PairResult]:
+def score(pairs: Sequence[LabelledPair], sims: np.ndarray, fits: Sequence[bool] | None = None) -> list[PairResult]:
+    """The verifier's verdict on each pair (the new question as the query). A pair whose text does not fit
+    the embedding window (`fits[i]` False) is never a semantic hit in the gateway: scored as similarity 0."""
     out = []
-    for pair, sim in zip(pairs, sims, strict=True):
-        verdict = verify(semantic_text(pair.b), semantic_text(pair.a))  # query = new question
-        out.append(PairResult(pair, float(sim), verdict.ok, verdict.reason))
+    for i, (pair, sim) in enumerate(zip(pairs, sims, strict=True)):
+        verdict = verify(semantic_text(pair.b), semantic_text(pair.a))
+        similarity = float(sim) if fits is None or fits[i] else 0.0
+        out.append(PairResult(pair, similarity, verdict.ok, verdict.reason))
     return out
+
+
+def window_fits(pairs: Sequence[LabelledPair]) -> list[bool]:
+    """Whether both texts of each pair fit the embedding window, as the gateway decides it."""
+    from gateway.cache.window import minilm_window
+
+    window = minilm_window()
+    fit_a = window.fits([semantic_text(p.a) for p in pairs])
+    fit_b = window.fits([semantic_text(p.b) for p in pairs])
+    return [x and y for x, y in zip(fit_a, fit_b, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    rows: list[Row]
+    best: Row | None
+    current: Row | None  # the route's own threshold, when it is one of the sweep's
+    judged: int  # pairs asked to the judge
+
+
+def calibrate(pairs: Sequence[LabelledPair], encoder: Encoder, semantic: SemanticConfig, max_wrong: float,
+              thresholds: Sequence[float] = DEFAULT_THRESHOLDS, judge: JudgeFn | None = None,
+              fits: Sequence[bool] | None = None, judge_close: Callable[[], Any] | None = None) -> Calibration:
+    """The gateway's lookup decision on every pair, per threshold: the route's `verify` setting, and its judge
+    (when `judge` is given and the route names one) between the judge's threshold and each swept threshold."""
+    thresholds = sorted({*thresholds, semantic.threshold})
+    results = score(pairs, similarities(pairs, encoder), fits)
+    judged: dict[int, bool] | None = None
+    judge_threshold = semantic.judge.threshold if semantic.judge is not None else None
+    if judge is not None and judge_threshold is not None:
+        judged = run_judge(results, judge, judge_threshold, max(thresholds), semantic.verify, judge_close)
+    rows = sweep(results, thresholds, semantic.verify, judged, judge_threshold)
+    current = next((r for r in rows if abs(r.threshold - semantic.threshold) < 1e-9), None)
+    return Calibration(rows, best(rows, max_wrong), current, len(judged or {}))
 
 
 def sweep(results: Sequence[PairResult], thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
@@ -162,11 +209,11 @@ def best(rows: Sequence[Row], max_wrong: float) -> Row | None:
 
 
 async def judge_pairs(results: Sequence[PairResult], judge: JudgeFn, judge_threshold: float,
-                      top: float) -> dict[int, bool]:
-    """Ask the judge about every verified pair in the band the gateway would ask it about."""
+                      top: float, use_verifier: bool = True) -> dict[int, bool]:
+    """Ask the judge about every pair (that the verifier passed) in the band the gateway would ask it about."""
     verdicts: dict[int, bool] = {}
     for i, r in enumerate(results):
-        if r.verified and judge_threshold <= r.similarity < top:
+        if (r.verified or not use_verifier) and judge_threshold <= r.similarity < top:
             answer = judge(semantic_text(r.pair.a), semantic_text(r.pair.b))
             if inspect.isawaitable(answer):
                 answer = await answer
@@ -174,9 +221,17 @@ async def judge_pairs(results: Sequence[PairResult], judge: JudgeFn, judge_thres
     return verdicts
 
 
-def run_judge(results: Sequence[PairResult], judge: JudgeFn, judge_threshold: float,
-              top: float) -> dict[int, bool]:
-    return asyncio.run(judge_pairs(results, judge, judge_threshold, top))
+def run_judge(results: Sequence[PairResult], judge: JudgeFn, judge_threshold: float, top: float,
+              use_verifier: bool = True, close: Callable[[], Any] | None = None) -> dict[int, bool]:
+    """judge_pairs on a fresh event loop; `close` (a coroutine function) runs on the same loop at the end."""
+    async def run() -> dict[int, bool]:
+        try:
+            return await judge_pairs(results, judge, judge_threshold, top, use_verifier)
+        finally:
+            if close is not None:
+                await close()
+
+    return asyncio.run(run())
 
 
 def format_table(rows: Sequence[Row], chosen: Row | None = None) -> str:
@@ -187,3 +242,117 @@ def format_table(rows: Sequence[Row], chosen: Row | None = None) -> str:
         lines.append(f"{r.threshold:9.2f}  {r.recall:6.3f}  {r.wrong:6.3f}  {r.served_same:5d}/{r.same:<5d}  "
                      f"{r.served_different:5d}/{r.different:<5d}{mark}")
     return "\n".join(lines)
+
+
+# ---- the command -------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llm-gateway cache calibrate",
+        description="Recall and wrong-answer rate per semantic threshold on labelled question pairs, through "
+                    "the gateway's own lookup path (normalise, embed, threshold, verifier, judge).")
+    parser.add_argument("--pairs", required=True, help='JSON Lines: {"a": cached, "b": new, "same": true|false}')
+    parser.add_argument("--max-wrong", type=float, default=0.01,
+                        help="wrong-answer budget: share of same=false pairs that may be served (default 0.01)")
+    parser.add_argument("--policy", help="policy YAML whose route settings to use (default: built-in defaults)")
+    parser.add_argument("--route", metavar="MODEL", help="the model whose route to use (default: the first "
+                                                         "route with a semantic section)")
+    return parser
+
+
+class _ArgumentError(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0.0 <= args.max_wrong <= 1.0:
+        parser.error(f"--max-wrong must be between 0 and 1, got {args.max_wrong}")
+    try:
+        pairs = load_pairs(args.pairs)
+        policy, semantic, route_name = _route_settings(args.policy, args.route)
+    except (PairsFileError, _ArgumentError) as e:
+        print(f"llm-gateway cache calibrate: {e}", file=sys.stderr)
+        return 2
+    from gateway.cache.embedder import shared_embedder
+
+    judge_text = "none"
+    judge = closer = None
+    if semantic.judge is not None and policy is not None:
+        judge, closer = _policy_judge(policy, semantic.judge)
+        judge_text = (f"{semantic.judge.model} on {semantic.judge.backend}, from {semantic.judge.threshold:.2f}, "
+                      f"P(yes) >= {semantic.judge.min_confidence}")
+    result = calibrate(pairs, shared_embedder(), semantic, args.max_wrong, judge=judge, fits=window_fits(pairs),
+                       judge_close=closer)
+    same = sum(p.same for p in pairs)
+    print(f"{len(pairs)} pairs ({same} should hit, {len(pairs) - same} must not) from {args.pairs}")
+    print(f"route: {route_name}; verifier {'on' if semantic.verify else 'off'}; judge: {judge_text}"
+          + (f" ({result.judged} pairs asked)" if result.judged else ""))
+    print()
+    print(format_table(result.rows, result.best))
+    print()
+    if result.current is not None:
+        print(f"route's threshold {semantic.threshold:.2f}: recall {result.current.recall:.3f}, "
+              f"wrong answers {result.current.wrong:.3f}")
+    if result.best is None:
+        print(f"no threshold keeps wrong answers within {args.max_wrong:.3f}")
+        return 1
+    print(f"best threshold within {args.max_wrong:.3f} wrong answers: {result.best.threshold:.2f} "
+          f"(recall {result.best.recall:.3f}, wrong answers {result.best.wrong:.3f})")
+    return 0
+
+
+def _route_settings(policy_path: str | None, model: str | None) -> tuple[Any, SemanticConfig, str]:
+    from gateway.cache.config import SemanticConfig
+    from gateway.config.errors import PolicyError
+
+    if policy_path is None:
+        if model is not None:
+            raise _ArgumentError("--route needs --policy")
+        return None, SemanticConfig(), "built-in defaults"
+    from gateway.config.loader import load_policy
+
+    try:
+        policy = load_policy(policy_path)
+    except (PolicyError, OSError) as e:
+        errors = getattr(e, "errors", None) or [e]
+        raise _ArgumentError("; ".join(str(err) for err in errors)) from e
+    if model is not None:
+        route = policy.route_for(model)
+        if route is None:
+            raise _ArgumentError(f"no route of {policy_path} matches model {model!r}")
+    else:
+        route = next((r for r in policy.routes if r.cache is not None and r.cache.semantic is not None), None)
+        if route is None:
+            raise _ArgumentError(f"no route of {policy_path} has a semantic cache")
+    if route.cache is None or route.cache.semantic is None:
+        raise _ArgumentError(f"the route for {route.model!r} in {policy_path} has no semantic cache")
+    return policy, route.cache.semantic, f"{route.model} ({policy_path})"
+
+
+def _policy_judge(policy: Any, config: Any) -> tuple[JudgeFn, Callable[[], Any]]:
+    """The route's judge, on the backend the policy names, as the gateway builds it."""
+    from gateway.backends import build_backend
+    from gateway.cache.judge import Judge
+    from gateway.metrics import Metrics
+
+    backend_config = policy.backends[config.backend]
+    backend = build_backend(backend_config, Metrics())
+    started = False
+
+    async def ask(cached: str, new: str) -> bool:
+        nonlocal started
+        if not started:
+            await backend.start()
+            started = True
+        verdict = await Judge(config, lambda: backend, logprobs=backend_config.type != "anthropic").same_answer(
+            cached, new)
+        return verdict.same
+
+    async def close() -> None:
+        if started:
+            await backend.close()
+
+    return ask, close
