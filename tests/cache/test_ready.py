@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -57,8 +58,10 @@ server: {{data_dir: "{tmp_path}"}}
         completion, headers = ask(gw, "How many legs does a spider have?")
         assert headers["x-cache"] == "MISS"
         seen: list[list[str]] = []
+        give_up = time.monotonic() + 300  # a hang guard (a model that never loads), not a speed check
         while status != 200:
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+            assert time.monotonic() < give_up, seen[-1:]
             status, reasons = readiness(gw.url)
             seen.append(reasons)
         # At once, no settling: both the entry loaded from Redis and the one stored during the load serve.
