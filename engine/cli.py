@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=_positive_int, default=16)
     p.add_argument("--max-num-seqs", type=_positive_int, default=64)
     p.add_argument("--max-num-batched-tokens", type=_positive_int, default=2048)
+    p.add_argument("--max-waiting-requests", type=int, default=256,
+                   help="requests waiting beyond --max-num-seqs before new ones get 503 (negative: no cap)")
     p.add_argument("--max-model-len", type=_positive_int, default=None)
     p.add_argument("--num-threads", type=_positive_int, default=None, help="torch CPU threads")
     p.add_argument("--no-prefix-caching", action="store_true")
@@ -93,7 +95,9 @@ async def _serve(args: argparse.Namespace) -> int:
     # loading dequantises weights: seconds of CPU work, kept off the loop so signals still land
     engine = await loop.run_in_executor(None, AsyncEngine.from_config, config)
     name = args.served_model_name or engine.model_name
-    runner = web.AppRunner(create_engine_app(engine, name), handler_cancellation=True, shutdown_timeout=2.0)
+    waiting = args.max_waiting_requests if args.max_waiting_requests >= 0 else None
+    runner = web.AppRunner(create_engine_app(engine, name, waiting), handler_cancellation=True,
+                           shutdown_timeout=2.0)
     await runner.setup()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STARTED_KEY = web.AppKey("started", int)
+# Admission: requests open in this server (running or waiting) and the most it takes before answering 503.
+ADMISSION_KEY = web.AppKey("admission", dict)
 SERVING_KEY = web.AppKey("serving", OpenAIServing)
 MAX_BODY_BYTES = 32 * 2**20
 KV_HEARTBEAT_S = 10.0
@@ -111,13 +113,39 @@ async def _respond_stream(request: web.Request, generation: Generation) -> web.S
     return resp
 
 
+def _saturated(app: web.Application) -> bool:
+    admission = app[ADMISSION_KEY]
+    return admission["limit"] is not None and admission["open"] >= admission["limit"]
+
+
 async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
     serving = request.app[SERVING_KEY]
-    prepared = await serving.prepare(kind, await _read_json(request))
-    generation = await serving.open(prepared)
-    if prepared.stream:
-        return await _respond_stream(request, generation)
-    return await _respond_whole(request, generation)
+    admission = request.app[ADMISSION_KEY]
+    if _saturated(request.app):
+        # A waiting list that only grows makes every request slower until clients time out: refuse at once.
+        return web.Response(status=503, body=orjson.dumps(error_body(
+            f"the engine is saturated ({admission['open']} requests open, at most {admission['limit']}); "
+            "retry shortly", "server_error", "engine_overloaded")), content_type="application/json",
+            headers={"Retry-After": "1"})
+    admission["open"] += 1
+    try:
+        prepared = await serving.prepare(kind, await _read_json(request))
+        generation = await serving.open(prepared)
+        if prepared.stream:
+            return await _respond_stream(request, generation)
+        return await _respond_whole(request, generation)
+    finally:
+        admission["open"] -= 1
+
+
+async def ready(request: web.Request) -> web.Response:
+    """503 while the loop is down or the waiting list is full (a load balancer should send elsewhere)."""
+    engine = request.app[SERVING_KEY].engine
+    if not engine.is_running:
+        return _json(error_body("the engine loop is not running", "server_error", "engine_stopped"), 503)
+    if _saturated(request.app):
+        return _json(error_body("the engine's waiting list is full", "server_error", "engine_overloaded"), 503)
+    return _json({"status": "ready", "open": request.app[ADMISSION_KEY]["open"]})
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -182,10 +210,15 @@ async def kv_events(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def create_engine_app(engine: AsyncEngine, model_name: str) -> web.Application:
-    """The replica's HTTP app; it starts the engine loop on start-up (the caller owns shutdown)."""
+def create_engine_app(
+    engine: AsyncEngine, model_name: str, max_waiting_requests: int | None = None
+) -> web.Application:
+    """The replica's HTTP app; it starts the engine loop on start-up (the caller owns shutdown).
+    `max_waiting_requests`: beyond max_num_seqs running plus this many waiting, requests get a 503 at once."""
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
     app[SERVING_KEY] = OpenAIServing(engine, model_name)
+    limit = None if max_waiting_requests is None else engine.engine.config.max_num_seqs + max_waiting_requests
+    app[ADMISSION_KEY] = {"open": 0, "limit": limit}
     app[STARTED_KEY] = int(time.time())
 
     async def start_loop(_: web.Application) -> None:
@@ -196,6 +229,7 @@ def create_engine_app(engine: AsyncEngine, model_name: str) -> web.Application:
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/kv_events", kv_events)
     return app

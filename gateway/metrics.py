@@ -54,6 +54,10 @@ class Metrics:
         self.backend_inflight = Gauge(
             "gateway_backend_inflight", "Requests in flight per backend", ["backend"], registry=r
         )
+        self.backend_queued = Gauge(
+            "gateway_backend_queued", "Requests waiting for a slot per backend (max_inflight reached)", ["backend"],
+            registry=r,
+        )
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Upstream errors", ["backend", "reason"], registry=r
         )
@@ -80,6 +84,7 @@ class Metrics:
             self.redis_errors.labels(component)
         for name in policy.backends:
             self.backend_inflight.labels(name)
+            self.backend_queued.labels(name)
             for reason in UPSTREAM_ERROR_REASONS:
                 self.upstream_errors.labels(name, reason)
         for tenant in policy.tenants:

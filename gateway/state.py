@@ -41,6 +41,7 @@ class Backends:
         Returns the new set and the old backends no longer used (to close once their requests are done).
         """
         from gateway.backends import build_backend
+        from gateway.backends.admission import gate
 
         backends: dict[str, Backend] = {}
         started: list[Backend] = []
@@ -52,7 +53,7 @@ class Backends:
                 backend = build_backend(config, metrics)
                 await backend.start()
                 started.append(backend)
-                backends[name] = backend
+                backends[name] = gate(backend, config.max_inflight, config.max_queued, metrics)
         except BaseException:
             for backend in started:
                 await backend.close()

@@ -88,7 +88,7 @@ GENERIC_MESSAGES = {
     "status_5xx": "The upstream failed",
 }
 # Reasons whose message the gateway wrote itself about the client's request (never upstream text).
-OWN_REASONS = frozenset({"bad_request", "unsupported", "overloaded"})
+OWN_REASONS = frozenset({"bad_request", "unsupported", "overloaded", "shed"})
 
 
 class Backend(Protocol):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.config.errors import PolicyError
+from gateway.config.errors import PolicyError, PolicyErrors
 from gateway.config.fields import Checker
 from gateway.config.route_parser import parse_routes
 from gateway.config.schema import (
@@ -41,24 +41,13 @@ LIMIT_KEYS = ("rpm", "tpm")
 BACKEND_TYPES = ("openai", "anthropic", "engine")
 BACKEND_KEYS = (
     "type", "base_url", "api_key", "model", "models", "replicas", "urls", "max_connections", "headers", "options",
+    "max_inflight", "max_queued",
 )
 ENGINE_ONLY_KEYS = ("replicas", "urls")
 BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # appears in metric labels and X-Backend
 
 
 DEFAULT_POLICY = Path(__file__).with_name("default.yaml")  # the embedded default (package data)
-
-
-class PolicyErrors(PolicyError):
-    """Several PolicyErrors at once (sorted by line). Catching PolicyError catches this too."""
-
-    def __init__(self, errors: list[PolicyError]) -> None:
-        self.errors = errors
-        first = errors[0]
-        super().__init__(first.path, first.message, first.filename, first.line)
-
-    def __str__(self) -> str:
-        return "\n".join(PolicyError.__str__(e) for e in self.errors)
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -258,6 +247,7 @@ def _backend(name: str, m: dict[str, Any], path: str, check: Checker) -> Backend
     for i, url in enumerate(cfg.urls):
         check.check_http_url(url, join(join(path, "urls"), i))
     cfg.max_connections = check.get_int(m, "max_connections", path, 100, minimum=1) or 100
+    _caps(cfg, m, path, check)
     cfg.headers = _headers(m.get("headers"), join(path, "headers"), check)
     options = check.mapping(m.get("options"), join(path, "options"), allowed=_AnyKey())
     cfg.options = dict(options or {})
@@ -282,14 +272,26 @@ def _backend(name: str, m: dict[str, Any], path: str, check: Checker) -> Backend
     return cfg
 
 
+def _caps(cfg: BackendConfig, m: dict[str, Any], path: str, check: Checker) -> None:
+    """max_inflight / max_queued. Engines are capped by default (per replica); 0 turns a cap off."""
+    from gateway.backends.admission import ENGINE_INFLIGHT_PER_REPLICA, ENGINE_QUEUED_PER_REPLICA
+
+    replicas = len(cfg.urls) or cfg.replicas
+    engine = cfg.type == "engine"
+    inflight = check.get_int(m, "max_inflight", path, ENGINE_INFLIGHT_PER_REPLICA * replicas if engine else 0,
+                             minimum=0)
+    queued = check.get_int(m, "max_queued", path, ENGINE_QUEUED_PER_REPLICA * replicas if engine else 0, minimum=0)
+    cfg.max_inflight = inflight or None
+    cfg.max_queued = queued or 0
+    if "max_queued" in m and not cfg.max_inflight:
+        check.error(join(path, "max_queued"), "max_queued needs max_inflight (the queue is for its slots)")
+
+
 def _check_engine_options(cfg: BackendConfig, check: Checker) -> None:
     """Engine options are the engine backend's to define; validating them here lets `policy check` see them."""
     from gateway.backends.engine_options import parse_engine_options
 
-    try:
-        parse_engine_options(cfg)
-    except PolicyError as e:
-        check.error(e.path, e.message)
+    parse_engine_options(cfg, check)
 
 
 def _headers(raw: Any, path: str, check: Checker) -> dict[str, str]:

@@ -73,6 +73,8 @@ class BackendConfig:
     replicas: int = 1  # engine: 1 runs in-process, more spawns replica processes
     urls: list[str] = field(default_factory=list)  # engine: connect to running replicas instead
     max_connections: int = 100
+    max_inflight: int | None = None  # requests in flight at once (engine default: 64 per replica); None: no cap
+    max_queued: int = 0  # requests waiting for a slot beyond max_inflight; more are shed (503 or fallback)
     headers: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # type-specific extras (engine args, anthropic_version)
 

@@ -60,6 +60,12 @@ def waits_too_long(route: Route, retry_after: float | None, elapsed: float) -> b
     return retry_after is not None and retry_after > min(route.backoff.max_s, route.timeouts.total - elapsed)
 
 
+def next_backend_only(e: BackendError) -> bool:
+    """Failures that no retry of the same backend can fix but another backend may: it shed the request (at
+    capacity), or it refused the gateway's own credentials. The route's other backends and fallbacks are tried."""
+    return e.reason == "shed" or e.status in (401, 403)
+
+
 class Router:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
@@ -77,8 +83,11 @@ class Router:
     ) -> tuple[T, str]:
         """Run `op` on backends by the route's plan until one succeeds; returns (result, backend name)."""
         last: BackendError | None = None
+        skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
         began = time.monotonic()
         for name, attempt in self._plan(route):
+            if name in skip:
+                continue
             if last is not None and attempt > 0:
                 if waits_too_long(route, last.retry_after, time.monotonic() - began):
                     continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
@@ -88,7 +97,9 @@ class Router:
                 return await op(pool.get(name)), name
             except BackendError as e:
                 e.backend = name  # outcomes are attributed to the backend that produced them
-                if not e.retryable:
+                if next_backend_only(e):
+                    skip.add(name)
+                elif not e.retryable:
                     raise
                 last = e
             finally:
@@ -105,8 +116,11 @@ class Router:
         and call `self.inflight.leave(name)` when done.
         """
         last: BackendError | None = None
+        skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
         began = time.monotonic()
         for name, attempt in self._plan(route):
+            if name in skip:
+                continue
             if last is not None and attempt > 0:
                 if waits_too_long(route, last.retry_after, time.monotonic() - began):
                     continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
@@ -126,7 +140,9 @@ class Router:
                 e.backend = name  # outcomes are attributed to the backend that produced them
                 self.inflight.leave(name)
                 await stream.aclose()  # type: ignore[attr-defined]
-                if not e.retryable:
+                if next_backend_only(e):
+                    skip.add(name)
+                elif not e.retryable:
                     raise
                 last = e
                 continue

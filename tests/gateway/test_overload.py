@@ -1,0 +1,121 @@
+"""Overload: a burst past a backend's caps is refused at once (503 + Retry-After, or the route's fallback),
+the admitted requests all complete, nothing is lost, and other routes keep answering."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from gateway.config.loader import PolicyErrors, parse_policy
+from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import ServerThread
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def fast():
+    fake = FakeOpenAI()
+    with ServerThread(lambda: fake.app) as srv:
+        yield fake, srv
+
+
+def policy(slow: str, fast: str) -> str:
+    return f"""
+backends:
+  slow: {{type: openai, base_url: "{slow}/v1", max_inflight: 2, max_queued: 2}}
+  fast: {{type: openai, base_url: "{fast}/v1"}}
+routes:
+  - match: {{model: slow-model}}
+    backends: [slow]
+  - match: {{model: rescued}}
+    backends: [slow]
+    fallbacks: [fast]
+  - match: {{model: fast-model}}
+    backends: [fast]
+"""
+
+
+async def flood(url: str, model: str, n: int, stream: bool = False) -> list[tuple[int, dict, str]]:
+    """n concurrent requests; (status, headers, body) in the order they completed."""
+    done: list[tuple[int, dict, str]] = []
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=n + 5)) as client:
+        async def one() -> None:
+            r = await client.post(url + CHAT, json=body)
+            done.append((r.status_code, dict(r.headers), r.text))
+        await asyncio.gather(*(one() for _ in range(n)))
+    return done
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_flood_past_the_caps_is_shed_at_once_and_the_rest_completes(
+    fake_openai, fast, serve_gateway, stream: bool
+) -> None:
+    slow_fake, slow = fake_openai
+    slow_fake.delay_headers = 1.0
+    srv = serve_gateway(policy(slow.url, fast[1].url))
+
+    async def other_route() -> tuple[int, str]:
+        await asyncio.sleep(0.2)  # the flood is under way
+        async with httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(srv.url + CHAT, json={"model": "fast-model", "messages": [
+                {"role": "user", "content": "still here"}]})
+        return r.status_code, "other"
+
+    results, other = await asyncio.gather(flood(srv.url, "slow-model", 20, stream), other_route())
+    statuses = [s for s, _, _ in results]
+    assert len(results) == 20  # nothing lost
+    assert statuses.count(200) == 4 and statuses.count(503) == 16  # 2 in flight + 2 queued admitted
+    first_ok = statuses.index(200)
+    assert all(s == 503 for s in statuses[:first_ok]) and first_ok == 16  # every refusal came before any answer
+    for status, headers, text in results:
+        if status == 503:
+            assert headers["retry-after"] == "1" and '"code":"shed"' in text.replace(" ", "")
+        else:
+            assert "echo: hello" in text or "echo:" in text
+    assert other == (200, "other")
+    assert slow_fake.request_count == 4  # the shed requests never reached the upstream
+    async with httpx.AsyncClient() as client:
+        metrics = (await client.get(srv.url + "/metrics")).text
+    assert 'gateway_upstream_errors_total{backend="slow",reason="shed"} 16.0' in metrics
+    assert 'gateway_backend_queued{backend="slow"} 0.0' in metrics
+
+
+async def test_shed_requests_go_to_the_fallback(fake_openai, fast, serve_gateway) -> None:
+    slow_fake, slow = fake_openai
+    slow_fake.delay_headers = 0.5
+    srv = serve_gateway(policy(slow.url, fast[1].url))
+    results = await flood(srv.url, "rescued", 12)
+    assert [s for s, _, _ in results] == [200] * 12
+    backends = [h["x-backend"] for _, h, _ in results]
+    assert backends.count("slow") == 4 and backends.count("fast") == 8
+
+
+def test_caps_policy_keys() -> None:
+    base = "routes: [{match: {model: m}, backends: [b]}]\n"
+    p = parse_policy("backends: {b: {type: engine, model: smollm2-135m, replicas: 2}}\n" + base)
+    assert (p.backends["b"].max_inflight, p.backends["b"].max_queued) == (128, 512)  # engine defaults
+    p = parse_policy("backends: {b: {type: openai, base_url: 'http://x/v1'}}\n" + base)
+    assert p.backends["b"].max_inflight is None  # clouds: no cap unless asked
+    p = parse_policy("backends: {b: {type: engine, model: smollm2-135m, max_inflight: 0}}\n" + base)
+    assert p.backends["b"].max_inflight is None
+    with pytest.raises(PolicyErrors) as e:
+        parse_policy("backends: {b: {type: openai, base_url: 'http://x/v1', max_queued: 5}}\n" + base)
+    assert e.value.errors[0].path == "backends.b.max_queued"
+
+
+def test_a_primary_that_refuses_our_credentials_falls_back(fake_openai, fast, serve_gateway) -> None:
+    up_fake, up = fake_openai
+    srv = serve_gateway(policy(up.url, fast[1].url).replace("    backends: [slow]\n    fallbacks: [fast]",
+                                                             "    backends: [slow]\n    retries: 2\n"
+                                                             "    fallbacks: [fast]"))
+    up_fake.fail_next(1, 401)
+    r = httpx.post(srv.url + CHAT, json={"model": "rescued", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 200 and r.headers["x-backend"] == "fast"
+    assert up_fake.request_count == 1  # not retried: the same credentials would be refused again
+    up_fake.fail_next(1, 403)
+    r = httpx.post(srv.url + CHAT, json={"model": "slow-model", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_auth_error"  # no fallback there
