@@ -175,6 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     if again != reference or hit_tokens == 0:
         failures.append("prefix_hits")
 
+    speculative = LLMEngine(base_config(speculative="ngram", num_speculative_tokens=4))
+    spec_out = run(speculative, prompts, new_tokens)
+    stats = speculative.stats()
+    report["speculative"] = {"equal": spec_out == reference, "draft_tokens": stats.spec_draft_tokens,
+                             "acceptance_rate": round(stats.spec_acceptance_rate, 3)}
+    if spec_out != reference or stats.spec_draft_tokens == 0:
+        failures.append("speculative")
+    del speculative
+
     if cuda:
         for dtype in ("float16", "bfloat16"):
             half = LLMEngine(base_config(dtype=dtype))

@@ -35,6 +35,10 @@ class EngineConfig:
     enforce_eager: bool = False
     num_threads: int | None = None
     quantization: str = "none"  # none | int8 (per-channel int8 weights, engine/layers/quant.py)
+    speculative: str | None = None  # None | "ngram" (prompt-lookup speculative decoding, engine/spec_decode.py)
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 5
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -46,6 +50,13 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
+        if self.speculative not in (None, "ngram"):
+            raise ValueError(f"speculative must be 'ngram' or unset, got {self.speculative!r}")
+        if self.num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError(f"need 1 <= prompt_lookup_min <= prompt_lookup_max, got {self.prompt_lookup_min} and "
+                             f"{self.prompt_lookup_max}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         if self.kv_cache_memory < 1:

@@ -19,6 +19,7 @@ from engine.outputs import CompletionOutput, CompletionResult, EngineStats, Requ
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.spec_decode import propose_ngram
 from engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ class LLMEngine:
         self.aborted: list[Sequence] = []
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.spec_draft_tokens = 0  # proposed by n-gram lookup and verified
+        self.spec_accepted_tokens = 0
         self._grammar: GrammarRuntime | None = None
         self._grammar_lock = threading.Lock()
 
@@ -122,12 +125,20 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         outputs = [self._output(seq, []) for seq in self.aborted]
         self.aborted = []
+        if self.config.speculative:
+            self._propose()
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return outputs
         result = self.runner.execute(batch)
-        row = 0
+        row = spec_row = 0
         for seq, n in zip(batch.seqs, batch.num_tokens, strict=True):
+            if seq.draft_token_ids:
+                assert result is not None
+                self._accept_speculated(seq, n, result.spec_token_ids[spec_row])
+                spec_row += 1
+                outputs.append(self._output(seq, seq.output_token_ids[seq.num_emitted_tokens:]))
+                continue
             seq.num_computed_tokens += n
             self.block_manager.cache_full_blocks(seq)
             if seq.num_computed_tokens < seq.num_tokens:
@@ -135,18 +146,61 @@ class LLMEngine:
             assert result is not None
             token, logprob = result.token_ids[row], result.logprobs[row]
             row += 1
-            seq.append_token(token)
-            self.generation_tokens += 1
-            if logprob is not None:
-                logprob["token"] = self.tokenizer.decode([token], skip_special_tokens=False)
-                seq.logprobs.append(logprob)
-            reason = seq.check_stop(token, self.tokenizer.eos_token_ids)
-            if seq.matcher is not None:
-                reason = self._advance_grammar(seq, token, reason)
+            reason = self._append(seq, token, logprob)
             if reason is not None:
                 self.scheduler.finish(seq, reason)
             outputs.append(self._output(seq, seq.output_token_ids[seq.num_emitted_tokens:]))
         return outputs
+
+    def _append(self, seq: Sequence, token: int, logprob: dict | None) -> str | None:
+        """Add one sampled token to the sequence; the finish reason it causes, if any."""
+        seq.append_token(token)
+        self.generation_tokens += 1
+        if logprob is not None:
+            logprob["token"] = self.tokenizer.decode([token], skip_special_tokens=False)
+            seq.logprobs.append(logprob)
+        reason = seq.check_stop(token, self.tokenizer.eos_token_ids)
+        if seq.matcher is not None:
+            reason = self._advance_grammar(seq, token, reason)
+        return reason
+
+    def _propose(self) -> None:
+        """Fresh n-gram drafts for running sequences at their last token. Not for grammar-constrained
+        sequences (the mask would have to follow each draft token) nor ones asking for logprobs: those decode
+        one token per step as usual, in the same batch."""
+        cfg = self.config
+        for seq in self.scheduler.running:
+            seq.draft_token_ids = []
+            if seq.num_tokens - seq.num_computed_tokens != 1 or seq.matcher is not None:
+                continue
+            if seq.params.logprobs is not None:
+                continue
+            # room: draft positions stay inside the window, and the bonus token inside max_tokens
+            room = seq.max_len - seq.num_tokens - 1
+            if seq.params.max_tokens is not None:
+                room = min(room, seq.params.max_tokens - seq.num_output_tokens - 1)
+            k = min(cfg.num_speculative_tokens, room)
+            if k > 0:
+                seq.draft_token_ids = propose_ngram(seq.token_ids, cfg.prompt_lookup_min, cfg.prompt_lookup_max, k)
+
+    def _accept_speculated(self, seq: Sequence, n: int, tokens: list[int]) -> None:
+        """Append the verified tokens (accepted draft prefix + one more); rejected positions' KV is left to be
+        overwritten, as num_computed_tokens counts only accepted tokens."""
+        draft = seq.draft_token_ids
+        seq.num_computed_tokens += n - len(draft)  # through the last real token
+        self.spec_draft_tokens += len(draft)
+        self.spec_accepted_tokens += len(tokens) - 1
+        seq.draft_token_ids = []
+        reason = None
+        for i, token in enumerate(tokens):
+            if i:
+                seq.num_computed_tokens += 1  # the accepted draft token before this one has its KV in place
+            reason = self._append(seq, token, None)
+            if reason is not None:
+                break
+        self.block_manager.cache_full_blocks(seq)
+        if reason is not None:
+            self.scheduler.finish(seq, reason)
 
     def _advance_grammar(self, seq: Sequence, token: int, reason: str | None) -> str | None:
         """Feed the sampled token to the sequence's matcher; a finished grammar ends the sequence."""
@@ -212,7 +266,8 @@ class LLMEngine:
             prefix_cache_queries=sched.prefix_cache_queries, prefix_cache_hits=sched.prefix_cache_hits,
             preemptions=sched.num_preemptions, prompt_tokens=self.prompt_tokens,
             generation_tokens=self.generation_tokens, num_free_blocks=bm.num_free_blocks,
-            num_total_blocks=bm.num_blocks,
+            num_total_blocks=bm.num_blocks, spec_draft_tokens=self.spec_draft_tokens,
+            spec_accepted_tokens=self.spec_accepted_tokens,
         )
 
     def drain_kv_events(self) -> list[KVEvent]:

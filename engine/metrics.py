@@ -38,6 +38,8 @@ class _StatsCollector(Collector):
             ("engine_kv_cache_free_blocks", "KV blocks free (cached-but-unreferenced count as free)",
              stats.num_free_blocks),
             ("engine_kv_cache_total_blocks", "KV blocks in the cache", stats.num_total_blocks),
+            ("engine_spec_decode_acceptance_ratio", "Speculative draft tokens accepted / verified",
+             stats.spec_acceptance_rate),
         )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=float(value))
@@ -48,6 +50,8 @@ class _StatsCollector(Collector):
             ("engine_preemptions", "Requests preempted (recomputed later)", stats.preemptions),
             ("engine_prompt_tokens", "Prompt tokens processed", stats.prompt_tokens),
             ("engine_generation_tokens", "Tokens generated", stats.generation_tokens),
+            ("engine_spec_decode_draft_tokens", "Speculative draft tokens verified", stats.spec_draft_tokens),
+            ("engine_spec_decode_accepted_tokens", "Speculative draft tokens accepted", stats.spec_accepted_tokens),
         )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=float(value))

@@ -22,6 +22,8 @@ from engine.models.config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.sampler import SampleResult, sample
 from engine.scheduler import ScheduledBatch
+from engine.sequence import Sequence
+from engine.spec_decode import verify
 
 DECODE_GROUP_SIZE = 16  # decodes per padded attention call on the torch path
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -90,10 +92,19 @@ class ModelRunner:
         bs = self.block_size
         decode_tables, decode_lens, prefills, sample_rows = [], [], [], []
         offset = 0
+        spec: list[tuple[Sequence, int]] = []  # speculating sequences and their first row in spec_rows
+        spec_rows: list[int] = []
         for seq, n in zip(batch.seqs, batch.num_tokens, strict=True):
             start = seq.num_computed_tokens
             table = seq.block_table
-            input_ids.extend(seq.token_ids[start:start + n])
+            draft = seq.draft_token_ids
+            if draft:  # verify: rows for the last real token and each draft token, all in this pass
+                input_ids.extend(seq.token_ids[start:])
+                input_ids.extend(draft)
+                spec.append((seq, len(spec_rows)))
+                spec_rows.extend(range(offset + n - len(draft) - 1, offset + n))
+            else:
+                input_ids.extend(seq.token_ids[start:start + n])
             positions.extend(range(start, start + n))
             slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
             if n == 1:
@@ -103,9 +114,10 @@ class ModelRunner:
                 used = table[: -(-(start + n) // bs)]
                 prefills.append(PrefillChunk(offset, n, start + n, torch.tensor(used, device=self.device)))
             offset += n
-            if start + n == seq.num_tokens:
+            if start + n == seq.num_tokens and not draft:
                 sample_rows.append(offset - 1)
-        sampled = [s for s, n in zip(batch.seqs, batch.num_tokens, strict=True) if s.num_computed_tokens + n == s.num_tokens]
+        sampled = [s for s, n in zip(batch.seqs, batch.num_tokens, strict=True)
+                   if s.num_computed_tokens + n == s.num_tokens and not s.draft_token_ids]
         # Grammar masks depend only on tokens already accepted: fill them while the forward pass runs.
         masking = self._start_masks(sampled)
         if self.graphs is not None and not prefills and self.graphs.can_run(len(decode_tables)):
@@ -115,13 +127,21 @@ class ModelRunner:
             ids = torch.tensor(input_ids, device=self.device)
             pos = torch.tensor(positions, device=self.device)
             hidden = self.model(ids, pos, meta)
-        if not sample_rows:
+        if not sample_rows and not spec:
             return None
-        logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(sample_rows, device=self.device)))
-        if masking:
-            assert self._masks is not None
-            self._masks.apply(logits)
-        return sample(logits, [s.params for s in sampled], [s.generator for s in sampled])
+        result = SampleResult([], [])
+        if sample_rows:
+            logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(sample_rows, device=self.device)))
+            if masking:
+                assert self._masks is not None
+                self._masks.apply(logits)
+            result = sample(logits, [s.params for s in sampled], [s.generator for s in sampled])
+        if spec:
+            spec_logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(spec_rows, device=self.device)))
+            result.spec_token_ids = [
+                verify(spec_logits[first:first + len(s.draft_token_ids) + 1], s.draft_token_ids, s.params, s.generator)
+                for s, first in spec]
+        return result
 
     def _start_masks(self, sampled: list) -> bool:
         if self.grammar is None or not any(s.matcher is not None for s in sampled):

@@ -56,3 +56,9 @@ class EngineStats:
     generation_tokens: int
     num_free_blocks: int
     num_total_blocks: int
+    spec_draft_tokens: int = 0  # speculative draft tokens verified
+    spec_accepted_tokens: int = 0  # of which accepted
+
+    @property
+    def spec_acceptance_rate(self) -> float:
+        return self.spec_accepted_tokens / self.spec_draft_tokens if self.spec_draft_tokens else 0.0

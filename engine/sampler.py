@@ -7,7 +7,7 @@ depend on which other requests share the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -18,6 +18,7 @@ from engine.sampling_params import SamplingParams
 class SampleResult:
     token_ids: list[int]
     logprobs: list[dict | None]  # per row: {"token_id", "logprob", "top_logprobs": [[id, logprob], ...]}
+    spec_token_ids: list[list[int]] = field(default_factory=list)  # per speculating sequence: tokens to emit
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> SampleResult:
@@ -36,6 +37,18 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
 
 def _sample_random(logits: torch.Tensor, params: list[SamplingParams],
                    generators: list[torch.Generator | None]) -> torch.Tensor:
+    probs = processed_probs(logits, params)
+    vocab = logits.shape[1]
+    noise = torch.empty_like(probs).exponential_()
+    for row, generator in enumerate(generators):
+        if generator is not None:
+            noise[row] = torch.empty(vocab).exponential_(generator=generator).to(device=probs.device)
+    return (probs / noise).argmax(dim=-1)
+
+
+def processed_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution each row samples from: temperature, then top-k / top-p, then min-p (also what
+    speculative decoding's rejection rule compares draft tokens against)."""
     device = logits.device
     temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=device)
     scaled = logits / temps.unsqueeze(1)
@@ -46,12 +59,7 @@ def _sample_random(logits: torch.Tensor, params: list[SamplingParams],
         min_p = torch.tensor([p.min_p for p in params], device=device).unsqueeze(1)
         probs = scaled.softmax(dim=-1)
         scaled = scaled.masked_fill(probs < probs.max(dim=-1, keepdim=True).values * min_p, float("-inf"))
-    probs = scaled.softmax(dim=-1)
-    noise = torch.empty_like(probs).exponential_()
-    for row, generator in enumerate(generators):
-        if generator is not None:
-            noise[row] = torch.empty(vocab).exponential_(generator=generator).to(device)
-    return (probs / noise).argmax(dim=-1)
+    return scaled.softmax(dim=-1)
 
 
 def _top_k_top_p(scaled: torch.Tensor, params: list[SamplingParams], vocab: int) -> torch.Tensor:

@@ -55,8 +55,14 @@ class Scheduler:
                 break
             if seq.status != SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            remaining = seq.num_tokens - seq.num_computed_tokens
+            del seq.draft_token_ids[max(0, budget - remaining):]  # drafts only in what the budget leaves
+            n = min(remaining + len(seq.draft_token_ids), budget)
             while not self.block_manager.allocate(seq, n):
+                if seq.draft_token_ids:  # give up speculating before preempting anyone for it
+                    seq.draft_token_ids.clear()
+                    n = min(remaining, budget)
+                    continue
                 victim = max(self.running, key=lambda s: s.seq_id)
                 self._preempt(victim)
                 preempted = True
@@ -113,6 +119,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free_sequence(seq)
+        seq.draft_token_ids.clear()
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         self.running.remove(seq)

@@ -49,6 +49,9 @@ class Sequence:
         # xgrammar GrammarMatcher when the output is constrained: it has accepted exactly the output tokens,
         # so preemption by recompute (which keeps the tokens) leaves it valid.
         self.matcher: Any = None
+        # Speculative proposals for this step only (engine/spec_decode.py): scheduled and verified after the
+        # last real token, then cleared; never set while the sequence waits or prefills.
+        self.draft_token_ids: list[int] = []
 
     @property
     def num_tokens(self) -> int:

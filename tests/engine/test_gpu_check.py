@@ -21,5 +21,6 @@ def test_gpu_check_quick_on_cpu_passes() -> None:
     assert report["ok"] and report["failures"] == []
     assert report["greedy_fp32"]["equal"] and report["prefix_hits"]["equal"]
     assert report["prefix_hits"]["hit_tokens"] > 0
+    assert report["speculative"]["equal"] and report["speculative"]["draft_tokens"] > 0
     assert report["cuda_graphs"] == "skipped: CPU"
     assert report["throughput_tok_s"]["batch_1"] > 0 and report["throughput_tok_s"]["batch_64"] > 0
