@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     p.add_argument("--quantization", choices=["none", "int8"], default="none",
                    help="int8: per-channel int8 weights (faster, small quality cost; see engine/README.md)")
+    p.add_argument("--speculative", choices=["ngram"], default=None,
+                   help="ngram: speculative decoding by prompt lookup (greedy output unchanged)")
+    p.add_argument("--num-speculative-tokens", type=_positive_int, default=4, help="draft tokens per step")
+    p.add_argument("--prompt-lookup-min", type=_positive_int, default=2, help="shortest n-gram looked up")
+    p.add_argument("--prompt-lookup-max", type=_positive_int, default=5, help="longest n-gram looked up")
     p.add_argument("--kv-cache-memory", type=parse_size, default=256 * 2**20, help="KV cache bytes on CPU, e.g. 512MiB")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--block-size", type=_positive_int, default=16)
@@ -81,6 +86,8 @@ def config_from_args(args: argparse.Namespace):  # -> EngineConfig (imported laz
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         enable_prefix_caching=not args.no_prefix_caching, enable_chunked_prefill=not args.no_chunked_prefill,
         enforce_eager=args.enforce_eager, num_threads=args.num_threads, quantization=args.quantization,
+        speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
+        prompt_lookup_min=args.prompt_lookup_min, prompt_lookup_max=args.prompt_lookup_max,
     )
     config.validate()
     return config
