@@ -6,11 +6,17 @@ output ({"name", "arguments"} or an array of them) is read when the choice ends,
 A grammar-complete call finishes with "tool_calls"; one cut by max_tokens keeps "length" (a named call's
 arguments are then the partial JSON text; a cut array of parallel calls keeps its whole calls; a `required`
 output with no whole call comes back as content).
+
+With `tool_choice: "auto"` the output is free: `<tool_call>{"name", "arguments"}</tool_call>` blocks (the
+format the text rendering of tools asks for, and Qwen/Hermes templates' own) naming given tools become
+`tool_calls` and the rest stays content. Streamed, text is sent as it comes until a block starts; from there
+it is held and read when the choice ends (sent as content if it is not a valid call).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterable
@@ -33,6 +39,37 @@ class _Choice:
     output_tokens: int = 0
     text_len: int = 0  # characters streamed so far (completions' text_offset)
     call_id: str = ""  # a named tool call's id, once its first delta went out
+    held: str = ""  # auto tool choice, streamed: text not sent yet (a possible or begun <tool_call> block)
+    holding: bool = False  # a <tool_call> block has begun: hold the rest until the choice ends
+
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
+
+
+def parse_auto_calls(text: str, names: tuple[str, ...]) -> tuple[str | None, list[dict]] | None:
+    """(content outside the blocks or None, calls) when `text` holds only valid <tool_call> blocks naming
+    given tools; None when it has none or one that is not a valid call (then it all stays content)."""
+    calls = []
+    for m in TOOL_CALL_BLOCK.finditer(text):
+        try:
+            body = json.loads(m.group(1))
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or body.get("name") not in names:
+            return None
+        calls.append(_call(body["name"], orjson.dumps(body.get("arguments", {})).decode()))
+    if not calls:
+        return None
+    return TOOL_CALL_BLOCK.sub("", text).strip() or None, calls
+
+
+def _open_prefix_len(text: str) -> int:
+    """Length of the longest tail of `text` that could begin "<tool_call>" (held back while streaming)."""
+    for k in range(min(len(TOOL_CALL_OPEN) - 1, len(text)), 0, -1):
+        if TOOL_CALL_OPEN.startswith(text[-k:]):
+            return k
+    return 0
 
 
 def new_call_id() -> str:
@@ -146,11 +183,39 @@ class ResponseBuilder:
             return None
         return self._chunk(index, text, logprobs, finish, offset)
 
+    def _auto_chunk(self, index: int, choice: _Choice, text: str, lp: dict | None, finish: str | None,
+                    names: tuple[str, ...]) -> dict | None:
+        held = choice.held + text
+        send = ""
+        if not choice.holding:
+            start = held.find(TOOL_CALL_OPEN)
+            if start >= 0:
+                send, held, choice.holding = held[:start], held[start:], True
+            else:
+                keep = _open_prefix_len(held)
+                send, held = held[: len(held) - keep], held[len(held) - keep:]
+        choice.held = held
+        delta: dict[str, Any] = {"content": send} if send else {}
+        if finish is not None:
+            parsed = parse_auto_calls(held, names) if choice.holding else None
+            if parsed is None:
+                delta = {"content": send + held} if send + held else {}
+            else:
+                after = parsed[0] or ""  # text between or after the blocks
+                delta = {"content": send + after} if send + after else {}
+                delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(parsed[1])]
+                finish = _tool_finish(finish)
+        if not delta and finish is None and lp is None:
+            return None
+        return self._envelope([{"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}])
+
     def _tool_chunk(self, index: int, choice: _Choice, text: str, logprobs: list[dict],
                     finish: str | None) -> dict | None:
         mode = self.prepared.tool_call
         assert mode is not None
         lp = {"content": self._chat_logprobs(logprobs)} if self.prepared.logprobs else None
+        if mode.kind == "auto":
+            return self._auto_chunk(index, choice, text, lp, finish, mode.names)
         if mode.kind == "named":
             if not text and finish is None and not logprobs:
                 return None
@@ -186,7 +251,8 @@ class ResponseBuilder:
         """Chat streams open each choice with the assistant role."""
         if self.prepared.kind != "chat":
             return []
-        content = None if self.prepared.tool_call is not None else ""
+        mode = self.prepared.tool_call
+        content = None if mode is not None and mode.kind != "auto" else ""
         return [self._envelope([{"index": i, "delta": {"role": "assistant", "content": content}, "logprobs": None,
                                  "finish_reason": None}]) for i in self.choices]
 
@@ -220,10 +286,17 @@ class ResponseBuilder:
                 lp = {"content": self._chat_logprobs(c.logprobs)} if self.prepared.logprobs else None
                 message: dict[str, Any] = {"role": "assistant", "content": text}
                 finish = c.finish_reason
-                calls = parse_tool_calls(self.prepared.tool_call, text) if self.prepared.tool_call else None
-                if calls is not None:
-                    message = {"role": "assistant", "content": None, "tool_calls": calls}
-                    finish = _tool_finish(finish)
+                mode = self.prepared.tool_call
+                if mode is not None and mode.kind == "auto":
+                    parsed = parse_auto_calls(text, mode.names)
+                    if parsed is not None:
+                        message = {"role": "assistant", "content": parsed[0], "tool_calls": parsed[1]}
+                        finish = _tool_finish(finish)
+                elif mode is not None:
+                    calls = parse_tool_calls(mode, text)
+                    if calls is not None:
+                        message = {"role": "assistant", "content": None, "tool_calls": calls}
+                        finish = _tool_finish(finish)
                 choices.append({"index": index, "message": message, "logprobs": lp, "finish_reason": finish})
             else:
                 echo = self.prepared.echo_texts[index // self.n] if self.prepared.echo_texts else ""

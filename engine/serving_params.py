@@ -47,11 +47,13 @@ class PreparedRequest:
 @dataclass(frozen=True, slots=True)
 class ToolCallMode:
     """`named`: the output is that function's arguments; `required`: a {"name", "arguments"} object, or with
-    `parallel` a non-empty array of them."""
+    `parallel` a non-empty array of them; `auto`: free output, whose `<tool_call>` blocks naming one of
+    `names` are read back as calls."""
 
-    kind: str  # "named" | "required"
+    kind: str  # "named" | "required" | "auto"
     name: str | None
     parallel: bool
+    names: tuple[str, ...] = ()
 
 
 GrammarCheck = Callable[[GuidedSpec], object]  # compiles a spec (cached); raises ValueError when unsupported
@@ -461,6 +463,8 @@ def prepare_chat(body: Any, tokenizer: Tokenizer, max_model_len: int, served_mod
     shown = tools if body.get("tool_choice") != "none" else None
     prompt = render_chat_prompt(tokenizer, messages, shown or None)
     check_window(prompt, params, max_model_len, "messages")
+    if tool_call is None and shown and guided is None:
+        tool_call = ToolCallMode("auto", None, True, tuple(t["function"]["name"] for t in shown))
     return PreparedRequest("chat", model, [prompt], params, stream, include_usage, want_logprobs,
                            tool_call=tool_call)
 

@@ -120,3 +120,55 @@ def test_malformed_messages_are_400(message: dict, param: str) -> None:
     with pytest.raises(EngineRequestError) as info:
         chat_messages({"messages": [message]})
     assert (info.value.status, info.value.param) == (400, param)
+
+
+def _builder(stream: bool) -> object:
+    from engine.sampling_params import SamplingParams
+    from engine.serving_output import ResponseBuilder
+    from engine.serving_params import PreparedRequest, ToolCallMode
+
+    prepared = PreparedRequest("chat", "m", [[1, 2]], SamplingParams(), stream, False, False,
+                               tool_call=ToolCallMode("auto", None, True, ("get_weather",)))
+    return ResponseBuilder(prepared, None, "chatcmpl-x", 0)  # type: ignore[arg-type]
+
+
+def _feed(builder: object, pieces: list[str], finish: str = "stop") -> list[dict]:
+    from engine.outputs import RequestOutput
+
+    chunks = []
+    for i, piece in enumerate(pieces):
+        last = i == len(pieces) - 1
+        out = RequestOutput(request_id="r", index=0, new_token_ids=[5], new_text=piece, logprobs=None, finished=last,
+                            finish_reason=finish if last else None, num_prompt_tokens=2, num_cached_tokens=0,
+                            num_output_tokens=i + 1)
+        chunk = builder.add(0, out)  # type: ignore[attr-defined]
+        if chunk is not None:
+            chunks.append(chunk["choices"][0])
+    return chunks
+
+
+CALL_PIECES = ["Let me check. <tool", '_call>\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}\n</tool_call>']
+
+
+def test_auto_tool_choice_reads_tool_call_blocks() -> None:
+    whole = _builder(False)
+    _feed(whole, CALL_PIECES)
+    choice = whole.response()["choices"][0]  # type: ignore[attr-defined]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Let me check."
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'} and call["id"].startswith("call_")
+    # streamed: text goes out until a block may begin, the call comes whole at the end
+    chunks = _feed(_builder(True), CALL_PIECES)
+    assert "".join(c["delta"].get("content", "") for c in chunks) == "Let me check. "
+    assert chunks[-1]["delta"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert chunks[-1]["finish_reason"] == "tool_calls"
+    # an unknown function or broken JSON is not a call: everything stays content, nothing is lost
+    for pieces in (["<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>"], ["a <tool_call>{oops", " x"],
+                   ["a <tool", "tip> b"]):
+        text = "".join(pieces)
+        whole = _builder(False)
+        _feed(whole, pieces)
+        assert whole.response()["choices"][0]["message"] == {"role": "assistant", "content": text}  # type: ignore[attr-defined]
+        chunks = _feed(_builder(True), pieces)
+        assert "".join(c["delta"].get("content", "") for c in chunks) == text
+        assert chunks[-1]["finish_reason"] == "stop"
