@@ -61,16 +61,21 @@ def streamed(client: openai.OpenAI, **kw: object) -> tuple[str, list, str | None
     return "".join(content), [calls[i] for i in sorted(calls)], finish
 
 
+def answer(client: openai.OpenAI, stream: bool, **kw: object) -> tuple[str, str | None]:
+    """(content, finish_reason), streamed or whole."""
+    if stream:
+        text, _, finish = streamed(client, **kw)
+        return text, finish
+    r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+    return r.choices[0].message.content or "", r.choices[0].finish_reason
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_nested_json_schema_parses_and_validates(client: openai.OpenAI, stream: bool) -> None:
     kw = {"model": MODEL, "messages": ASK_PERSON, "max_tokens": 80, "temperature": 0,
           "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
                                                                      "strict": True}}}
-    if stream:
-        text, _, finish = streamed(client, **kw)
-    else:
-        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
-        text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    text, finish = answer(client, stream, **kw)
     assert finish == "stop"
     jsonschema.validate(json.loads(text), PERSON)
 
@@ -80,11 +85,7 @@ def test_json_object(client: openai.OpenAI, stream: bool) -> None:
     kw = {"model": MODEL, "max_tokens": 40, "temperature": 0, "response_format": {"type": "json_object"},
           "messages": [{"role": "system", "content": 'Reply in JSON, like {"answer": "..."}.'},
                        {"role": "user", "content": "Is the sky blue?"}]}
-    if stream:
-        text, _, finish = streamed(client, **kw)
-    else:
-        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
-        text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    text, finish = answer(client, stream, **kw)
     assert finish == "stop"
     assert isinstance(json.loads(text), dict)
 
