@@ -16,7 +16,12 @@ Measures, on CPU, SmolLM2-135M in float32 with --threads torch threads:
 - leaks: --leak-requests requests through the AsyncEngine: all blocks free after, RSS growth;
 - constrained decoding: --constrained-requests chat requests under four different JSON schemas in one batch
   vs the same prompts free with each request's output length fixed to what its constrained run produced
-  (ignore_eos), so both runs make exactly the same tokens in the same batch shapes; output tokens/s.
+  (ignore_eos), so both runs make exactly the same tokens in the same batch shapes; output tokens/s;
+- speculation (issue 12): decode tokens/s of one copy-heavy request (the model repeats a passage from its
+  prompt) with `--speculative ngram` vs without, same greedy tokens;
+- int8 (issue 12): single-stream decode tokens/s with `--quantization int8` vs fp32, same prompt.
+Threads: torch.set_num_threads(--threads) in this process (both cores by default); run it under taskset and the
+shared lock so nothing else shares the cores.
 """
 
 from __future__ import annotations
@@ -78,9 +83,28 @@ def greedy(max_tokens: int) -> SamplingParams:
 # --- this engine ---------------------------------------------------------------------------------------------
 
 
-def new_engine(args: argparse.Namespace, prefix_caching: bool = True) -> LLMEngine:
+def new_engine(args: argparse.Namespace, prefix_caching: bool = True, **kw) -> LLMEngine:
     return LLMEngine(EngineConfig(num_threads=args.threads, kv_cache_memory=args.kv_cache_memory,
-                                  max_num_seqs=args.max_num_seqs, enable_prefix_caching=prefix_caching))
+                                  max_num_seqs=args.max_num_seqs, enable_prefix_caching=prefix_caching, **kw))
+
+
+COPY_PASSAGE = (
+    "The committee met on Tuesday to review the budget for the new library. After a long discussion, the members "
+    "agreed to fund the reading room, the children's corner and the computer lab, but postponed the decision on "
+    "the rooftop garden until the spring meeting. The chair thanked the volunteers who had collected more than "
+    "two thousand signatures in support of the project."
+)
+
+
+def copy_prompt(engine: LLMEngine) -> list[int]:
+    """A request whose answer quotes its prompt: what n-gram speculation is for (editing, quoting, RAG)."""
+    ask = f"Repeat the following paragraph exactly, word for word:\n\n{COPY_PASSAGE}"
+    return engine.tokenizer.apply_chat_template([{"role": "user", "content": ask}])
+
+
+def decode_rate(engine: LLMEngine, prompt: list[int], tokens: int, runs: int = 2) -> float:
+    """Best of `runs` decode tokens/s of one request alone (the first run also warms the prefix cache)."""
+    return max((tokens - 1) / engine_stream_timing(engine, prompt, tokens)[1] for _ in range(runs))
 
 
 def engine_throughput(engine: LLMEngine, w: Workload) -> float:
@@ -271,11 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-cache-memory", type=int, default=512 * 2**20)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-speculative-tokens", type=int, default=4)
     p.add_argument("--constrained-requests", type=int, default=16)
     p.add_argument("--constrained-output", type=int, default=64, help="max tokens of each constrained request")
     p.add_argument("--constrained-only", action="store_true", help="run only the constrained-vs-free comparison")
     p.add_argument("--skip", action="append", default=[],
-                   choices=["hf-static", "hf-serial", "single", "prefix", "caching-off", "leak", "constrained"])
+                   choices=["hf-static", "hf-serial", "single", "prefix", "caching-off", "leak", "constrained", "spec", "int8"])
     args = p.parse_args(argv)
     if args.quick:
         args.requests, args.max_prompt, args.max_output, args.leak_requests = 16, 128, 64, 200
@@ -319,6 +344,32 @@ def main(argv: list[str] | None = None) -> int:
                   f"{ours_decode / base:.2f}x", ">= 1.5x")
     del hf
     gc.collect()
+
+    if "spec" not in args.skip:
+        spec = new_engine(args, speculative="ngram", num_speculative_tokens=args.num_speculative_tokens)
+        prompt = copy_prompt(engine)
+        n = args.single_stream_tokens
+        plain_tokens = engine.generate([prompt], greedy(n))[0].token_ids
+        spec_tokens = spec.generate([prompt], greedy(n))[0].token_ids
+        assert plain_tokens == spec_tokens, "speculation changed the greedy output"
+        plain_rate, spec_rate = decode_rate(engine, prompt, n), decode_rate(spec, prompt, n)
+        stats = spec.stats()
+        table.add(f"copy-heavy single stream, speculative ngram k={args.num_speculative_tokens} (decode tok/s) vs "
+                  f"none (acceptance {stats.spec_acceptance_rate:.2f})", f"{spec_rate:.1f}", f"{plain_rate:.1f}",
+                  f"{spec_rate / plain_rate:.2f}x", ">= 1.5x")
+        del spec
+        gc.collect()
+
+    if "int8" not in args.skip:
+        int8 = new_engine(args, quantization="int8")
+        rng = random.Random(args.seed + 1)
+        prompt = [rng.randrange(100, vocab) for _ in range(128)]
+        fp32_rate = decode_rate(engine, prompt, args.single_stream_tokens)
+        int8_rate = decode_rate(int8, prompt, args.single_stream_tokens)
+        table.add("single-stream decode, int8 weights (tok/s) vs fp32", f"{int8_rate:.1f}", f"{fp32_rate:.1f}",
+                  f"{int8_rate / fp32_rate:.2f}x", ">= 1.5x")
+        del int8
+        gc.collect()
 
     if "prefix" not in args.skip:
         rng = random.Random(args.seed + 2)
