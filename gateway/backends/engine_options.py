@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config.errors import PolicyError
+from gateway.config.fields import Checker, describe, run_checked
 from gateway.config.schema import BackendConfig
+from gateway.config.yamltree import join
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -58,53 +59,64 @@ class EngineOptions:
         return out
 
 
-def _check(path: str, key: str, value: Any, kind: str) -> Any:
-    where = f"{path}.options.{key}"
-    is_num = isinstance(value, int | float) and not isinstance(value, bool)
+def _check(m: dict, key: str, path: str, kind: str, check: Checker) -> Any:
+    """One option's value by its kind; None (with the error recorded) when it is wrong."""
+    value = m[key]
+    where = join(path, key)
+    if value is None:
+        check.error(where, "must not be null")
+        return None
     if kind == "int":
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PolicyError(where, "must be a positive integer")
-    elif kind == "number":
-        if not is_num or value < 0:
-            raise PolicyError(where, "must be a non-negative number")
-        value = float(value)
-    elif kind == "fraction":
-        if not is_num or not 0 < value <= 1:
-            raise PolicyError(where, "must be a number in (0, 1]")
-    elif kind == "size":
-        from engine.cli import parse_size
-
-        if is_num and value > 0:
-            value = int(value)
-        elif isinstance(value, str):
-            try:
-                value = parse_size(value)
-            except Exception as e:
-                raise PolicyError(where, str(e)) from None
-        else:
-            raise PolicyError(where, "must be a size in bytes or like 512MiB")
-    elif kind.startswith("choice:"):
+        return check.get_int(m, key, path, minimum=1)
+    if kind == "number":
+        return check.get_number(m, key, path, minimum=0.0)
+    if kind == "fraction":
+        # the value as written (an int 1 stays 1), so the spawned replica's flag reads as the policy does
+        ok = check.get_number(m, key, path, minimum=0.0, exclusive=True, maximum=1.0)
+        return None if ok is None else value
+    if kind == "size":
+        return _size(value, where, check)
+    if kind.startswith("choice:"):
         choices = kind.split(":", 1)[1].split(",")
-        if value not in choices:
-            raise PolicyError(where, f"must be one of {', '.join(choices)}")
-    elif kind in ("bool_off_flag", "bool_on_flag"):
-        if not isinstance(value, bool):
-            raise PolicyError(where, "must be true or false")
-    return value
+        got = check.get_choice(m, key, path, choices, "")
+        return got or None
+    return check.get_bool(m, key, path, default=None)  # type: ignore[arg-type]  # bool_on_flag / bool_off_flag
 
 
-def parse_engine_options(config: BackendConfig) -> EngineOptions:
-    """Validate an engine backend's options; PolicyError names the bad key."""
-    path = f"backends.{config.name}"
+def _size(value: Any, where: str, check: Checker) -> int | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    if isinstance(value, str):
+        from engine.cli import parse_size  # lazily: the policy loader must not import the engine's stack
+
+        try:
+            return parse_size(value)
+        except Exception as e:  # argparse.ArgumentTypeError
+            check.error(where, str(e))
+            return None
+    check.error(where, f"must be a size in bytes or like 512MiB, got {describe(value)}")
+    return None
+
+
+def parse_engine_options(config: BackendConfig, check: Checker | None = None) -> EngineOptions:
+    """Validate an engine backend's options. Errors go to the policy loader's `check`, or standalone are raised
+    together (PolicyErrors naming every bad key)."""
+    return run_checked(lambda c: _parse(config, c), check)
+
+
+def _parse(config: BackendConfig, check: Checker) -> EngineOptions:
+    path = join(join("backends", config.name), "options")
     opts = EngineOptions(model=config.model or DEFAULT_MODEL)
-    for key, value in (config.options or {}).items():
+    raw = config.options or {}
+    for key in raw:
         if key in ENGINE_ARGS:
-            opts.engine_args[key] = _check(path, key, value, ENGINE_ARGS[key][1])
-        elif key in ROUTER_ARGS:
-            setattr(opts, key, _check(path, key, value, ROUTER_ARGS[key]))
-        elif key in SUPERVISOR_ARGS:
-            setattr(opts, key, _check(path, key, value, SUPERVISOR_ARGS[key]))
+            value = _check(raw, key, path, ENGINE_ARGS[key][1], check)
+            if value is not None:
+                opts.engine_args[key] = value
+        elif key in ROUTER_ARGS or key in SUPERVISOR_ARGS:
+            value = _check(raw, key, path, ROUTER_ARGS.get(key) or SUPERVISOR_ARGS[key], check)
+            if value is not None:
+                setattr(opts, key, value)
         else:
-            known = sorted([*ENGINE_ARGS, *ROUTER_ARGS, *SUPERVISOR_ARGS])
-            raise PolicyError(f"{path}.options.{key}", f"unknown engine option; known: {', '.join(known)}")
+            check.unknown_key(path, key, [*ENGINE_ARGS, *ROUTER_ARGS, *SUPERVISOR_ARGS])
     return opts

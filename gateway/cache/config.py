@@ -18,17 +18,19 @@ defaults. L2 is opt-in (`semantic: true` or a mapping) because it answers with a
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.config.errors import PolicyError
-from gateway.config.fields import did_you_mean
+from gateway.config.fields import Checker, describe, run_checked
+from gateway.config.yamltree import join
 
 StoreMode = Literal["deterministic", "always", "never"]
 STORE_MODES: tuple[str, ...] = ("deterministic", "always", "never")
 MAX_TTL_S = 365 * 24 * 3600
 MAX_TIMEOUT_MS = 60_000
 DEFAULT_JUDGE_THRESHOLD = 0.8  # genuine rewordings mostly score 0.75-0.90 with MiniLM
+EXACT_KEYS = frozenset({"ttl", "store"})
 SEMANTIC_KEYS = frozenset({"threshold", "ttl", "max_entries", "verify", "store", "lookup_timeout_ms", "judge"})
 JUDGE_KEYS = frozenset({"backend", "model", "timeout_ms", "min_confidence", "threshold"})
 
@@ -76,117 +78,105 @@ class CacheConfig:
         return self.exact is not None or self.semantic is not None
 
 
-def parse_cache_config(raw: object, path: str) -> CacheConfig | None:
-    """Validate a route's `cache:` value; `path` is its key path (`routes[0].cache`) for error messages."""
+def parse_cache_config(raw: object, path: str, check: Checker | None = None) -> CacheConfig | None:
+    """Validate a route's `cache:` value; `path` is its key path (`routes[0].cache`) for error messages. Errors go to
+    the policy loader's `check`, or standalone are raised together (PolicyErrors)."""
+    return run_checked(lambda c: _parse_cache(raw, path, c), check)
+
+
+def _parse_cache(raw: object, path: str, check: Checker) -> CacheConfig | None:
     if raw is None or raw is False:
         return None
     if raw is True:
         return CacheConfig()
     if not isinstance(raw, dict):
-        raise PolicyError(path, "must be a mapping with `exact`, `semantic`, `version`, or true/false")
-    _reject_unknown(raw, {"exact", "semantic", "version"}, path)
+        check.error(path, f"must be a mapping with `exact`, `semantic`, `version`, or true/false, got {describe(raw)}")
+        return None
+    check.mapping(raw, path, ("exact", "semantic", "version"))
     version = raw.get("version", "1")
     if isinstance(version, bool) or not isinstance(version, str | int) or str(version) == "":
-        raise PolicyError(f"{path}.version", "must be a non-empty string or integer")
-    exact = _parse_exact(raw.get("exact", True), f"{path}.exact")
-    semantic = _parse_semantic(raw.get("semantic", False), f"{path}.semantic")
+        check.error(join(path, "version"), f"must be a non-empty string or integer, got {describe(version)}")
+    exact = _parse_exact(raw.get("exact", True), join(path, "exact"), check)
+    semantic = _parse_semantic(raw.get("semantic", False), join(path, "semantic"), check)
     config = CacheConfig(exact=exact, semantic=semantic, version=str(version))
     return config if config.enabled else None
 
 
-def _parse_exact(raw: object, path: str) -> ExactConfig | None:
-    if raw is False or raw is None:
-        return None
-    if raw is True:
-        return ExactConfig()
+def _on_off(raw: object, path: str, keys: Collection[str], check: Checker) -> dict | bool:
+    """A layer's value: true/false (null is false), or a mapping of `keys` (unknown ones reported)."""
+    if raw is None or isinstance(raw, bool):
+        return bool(raw)
     if not isinstance(raw, dict):
-        raise PolicyError(path, "must be a mapping ({ttl, store}) or true/false")
-    _reject_unknown(raw, {"ttl", "store"}, path)
+        check.error(path, f"must be a mapping ({{{', '.join(sorted(keys))}}}) or true/false, got {describe(raw)}")
+        return False
+    check.mapping(raw, path, keys)
+    return raw
+
+
+def _parse_exact(raw: object, path: str, check: Checker) -> ExactConfig | None:
+    m = _on_off(raw, path, EXACT_KEYS, check)
+    if not isinstance(m, dict):
+        return ExactConfig() if m else None
     default = ExactConfig()
-    return ExactConfig(
-        ttl=_ttl(raw.get("ttl", default.ttl), f"{path}.ttl"),
-        store=_store(raw.get("store", default.store), f"{path}.store"),
-    )
+    return ExactConfig(ttl=_ttl(m, path, default.ttl, check), store=_store(m, path, default.store, check))
 
 
-def _parse_semantic(raw: object, path: str) -> SemanticConfig | None:
-    if raw is False or raw is None:
-        return None
-    if raw is True:
-        return SemanticConfig()
-    if not isinstance(raw, dict):
-        raise PolicyError(path, f"must be a mapping ({{{', '.join(sorted(SEMANTIC_KEYS))}}}) or true/false")
-    _reject_unknown(raw, SEMANTIC_KEYS, path)
-    default = SemanticConfig()
-    threshold = _fraction(raw.get("threshold", default.threshold), f"{path}.threshold")
-    max_entries = raw.get("max_entries", default.max_entries)
-    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-        raise PolicyError(f"{path}.max_entries", f"must be a positive integer, got {max_entries!r}")
-    verify = raw.get("verify", default.verify)
-    if not isinstance(verify, bool):
-        raise PolicyError(f"{path}.verify", f"must be true or false, got {verify!r}")
-    judge = _parse_judge(raw.get("judge"), f"{path}.judge", threshold)
+def _parse_semantic(raw: object, path: str, check: Checker) -> SemanticConfig | None:
+    m = _on_off(raw, path, SEMANTIC_KEYS, check)
+    if not isinstance(m, dict):
+        return SemanticConfig() if m else None
+    d = SemanticConfig()
+    threshold = _fraction(m, "threshold", path, d.threshold, check)
+    judge = _parse_judge(m.get("judge"), join(path, "judge"), threshold, check)
     if judge is not None and judge.threshold > threshold:
-        raise PolicyError(f"{path}.judge.threshold",
-                          f"must be at most semantic.threshold ({threshold:g}): the judge looks at the candidates "
-                          f"below it, got {judge.threshold:g}")
+        check.error(join(join(path, "judge"), "threshold"),
+                    f"must be at most semantic.threshold ({threshold:g}): the judge looks at the candidates "
+                    f"below it, got {judge.threshold:g}")
     return SemanticConfig(
         threshold=threshold,
-        ttl=_ttl(raw.get("ttl", default.ttl), f"{path}.ttl"),
-        max_entries=max_entries,
-        verify=verify,
-        store=_store(raw.get("store", default.store), f"{path}.store"),
-        lookup_timeout_ms=_timeout_ms(raw.get("lookup_timeout_ms", default.lookup_timeout_ms),
-                                      f"{path}.lookup_timeout_ms"),
+        ttl=_ttl(m, path, d.ttl, check),
+        max_entries=check.get_int(m, "max_entries", path, d.max_entries, minimum=1) or d.max_entries,
+        verify=check.get_bool(m, "verify", path, d.verify),
+        store=_store(m, path, d.store, check),
+        lookup_timeout_ms=_timeout_ms(m, "lookup_timeout_ms", path, d.lookup_timeout_ms, check),
         judge=judge,
     )
 
 
-def _parse_judge(raw: object, path: str, route_threshold: float) -> JudgeConfig | None:
+def _parse_judge(raw: object, path: str, route_threshold: float, check: Checker) -> JudgeConfig | None:
     if raw is None or raw is False:
         return None
     if not isinstance(raw, dict):
-        raise PolicyError(path, f"must be a mapping ({{{', '.join(sorted(JUDGE_KEYS))}}})")
-    _reject_unknown(raw, JUDGE_KEYS, path)
-    for key in ("backend", "model"):
-        value = raw.get(key)
-        if not isinstance(value, str) or not value:
-            raise PolicyError(f"{path}.{key}", f"is required: a non-empty string, got {value!r}")
+        check.error(path, f"must be a mapping ({{{', '.join(sorted(JUDGE_KEYS))}}}), got {describe(raw)}")
+        return None
+    check.mapping(raw, path, JUDGE_KEYS, required=[k for k in ("backend", "model") if raw.get(k) is None])
+    backend = check.get_str(raw, "backend", path)
+    model = check.get_str(raw, "model", path)
+    if backend is None or model is None:
+        return None
     return JudgeConfig(
-        backend=raw["backend"],
-        model=raw["model"],
-        timeout_ms=_timeout_ms(raw.get("timeout_ms", 800.0), f"{path}.timeout_ms"),
-        min_confidence=_fraction(raw.get("min_confidence", 0.9), f"{path}.min_confidence"),
-        threshold=_fraction(raw.get("threshold", min(DEFAULT_JUDGE_THRESHOLD, route_threshold)), f"{path}.threshold"),
+        backend=backend,
+        model=model,
+        timeout_ms=_timeout_ms(raw, "timeout_ms", path, 800.0, check),
+        min_confidence=_fraction(raw, "min_confidence", path, 0.9, check),
+        threshold=_fraction(raw, "threshold", path, min(DEFAULT_JUDGE_THRESHOLD, route_threshold), check),
     )
 
 
-def _fraction(value: object, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0:
-        raise PolicyError(path, f"must be a number in (0, 1], got {value!r}")
-    return float(value)
+def _fraction(m: dict, key: str, path: str, default: float, check: Checker) -> float:
+    value = check.get_number(m, key, path, default, minimum=0.0, exclusive=True, maximum=1.0)
+    return default if value is None else value
 
 
-def _timeout_ms(value: object, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT_MS:
-        raise PolicyError(path, f"must be a number of milliseconds in (0, {MAX_TIMEOUT_MS}], got {value!r}")
-    return float(value)
+def _timeout_ms(m: dict, key: str, path: str, default: float, check: Checker) -> float:
+    value = check.get_number(m, key, path, default, minimum=0.0, exclusive=True, maximum=MAX_TIMEOUT_MS)
+    return default if value is None else value
 
 
-def _ttl(value: object, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TTL_S:
-        raise PolicyError(path, f"must be a number of seconds in (0, {MAX_TTL_S}], got {value!r}")
-    return float(value)
+def _ttl(m: dict, path: str, default: float, check: Checker) -> float:
+    value = check.get_number(m, "ttl", path, default, minimum=0.0, exclusive=True, maximum=MAX_TTL_S)
+    return default if value is None else value
 
 
-def _store(value: object, path: str) -> StoreMode:
-    if value not in STORE_MODES:
-        raise PolicyError(path, f"must be one of {', '.join(STORE_MODES)}, got {value!r}")
-    return value  # type: ignore[return-value]
-
-
-def _reject_unknown(raw: dict, allowed: set[str] | frozenset[str], path: str) -> None:
-    for key in raw:
-        if key not in allowed:
-            raise PolicyError(f"{path}.{key}", f"unknown key{did_you_mean(str(key), allowed)}; expected one of "
-                                               f"{', '.join(sorted(allowed))}")
+def _store(m: dict, path: str, default: StoreMode, check: Checker) -> StoreMode:
+    return check.get_choice(m, "store", path, STORE_MODES, default)  # type: ignore[return-value]

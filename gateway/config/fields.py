@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from gateway.config.errors import PolicyError
+from gateway.config.errors import PolicyError, PolicyErrors
 from gateway.config.yamltree import join
 
 _MISSING: Any = object()
+T = TypeVar("T")
 
 
 def describe(value: Any) -> str:
@@ -31,6 +32,20 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     return f"a {type(value).__name__}"
+
+
+def _bounds(minimum: float | None, maximum: float | None, exclusive: bool) -> str:
+    """`>= 1`, `<= 5`, or with both ends an interval: `in (0, 1]` (a round bracket excludes its end)."""
+    if minimum is not None and maximum is not None:
+        return f"in {'(' if exclusive else '['}{_num(minimum)}, {_num(maximum)}]"
+    if minimum is not None:
+        return f"{'>' if exclusive else '>='} {_num(minimum)}"
+    return f"<= {_num(maximum)}"
+
+
+def _num(x: float | None) -> str:
+    """31536000 as written, not 3.1536e+07; 0.5 as 0.5."""
+    return str(int(x)) if x is not None and float(x).is_integer() else f"{x:g}"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -58,8 +73,7 @@ class Checker:
             return None
         for key in raw:
             if key not in allowed:
-                hint = did_you_mean(key, allowed) or f" (allowed: {', '.join(sorted(allowed))})"
-                self.error(join(path, key), f"unknown key {key!r}{hint}")
+                self.unknown_key(path, key, allowed)
         for key in required:
             if key not in raw:
                 self.error(join(path, key), "required key is missing")
@@ -78,7 +92,10 @@ class Checker:
             return None
         return value
 
-    def get_int(self, m: dict, key: str, path: str, default: Any = None, *, minimum: int | None = None) -> Any:
+    def get_int(
+        self, m: dict, key: str, path: str, default: Any = None, *, minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> Any:
         value = m.get(key, _MISSING)
         if value is _MISSING or value is None:
             return default
@@ -86,16 +103,16 @@ class Checker:
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(p, f"expected an integer, got {describe(value)}")
             return None
-        if minimum is not None and value < minimum:
-            self.error(p, f"must be >= {minimum}, got {value}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            self.error(p, f"must be {_bounds(minimum, maximum, False)}, got {value}")
             return None
         return value
 
     def get_number(
         self, m: dict, key: str, path: str, default: Any = None, *, minimum: float | None = None,
-        exclusive: bool = False,
+        exclusive: bool = False, maximum: float | None = None,
     ) -> Any:
-        """An int or float; `minimum` with exclusive=True means strictly greater."""
+        """An int or float; `minimum` with exclusive=True means strictly greater; `maximum` is inclusive."""
         value = m.get(key, _MISSING)
         if value is _MISSING or value is None:
             return default
@@ -103,8 +120,9 @@ class Checker:
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.error(p, f"expected a number, got {describe(value)}")
             return None
-        if minimum is not None and (value <= minimum if exclusive else value < minimum):
-            self.error(p, f"must be {'>' if exclusive else '>='} {minimum:g}, got {value:g}")
+        low = minimum is not None and (value <= minimum if exclusive else value < minimum)
+        if low or (maximum is not None and value > maximum):
+            self.error(p, f"must be {_bounds(minimum, maximum, exclusive)}, got {value:g}")
             return None
         return float(value)
 
@@ -146,9 +164,24 @@ class Checker:
             return default
         return value
 
+    def unknown_key(self, path: str, key: object, allowed: Collection[str]) -> None:
+        hint = did_you_mean(str(key), allowed) or f" (allowed: {', '.join(sorted(allowed))})"
+        self.error(join(path, str(key)), f"unknown key {key!r}{hint}")
+
     def check_http_url(self, url: str | None, path: str) -> None:
         if url is None:
             return
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             self.error(path, f"expected an http:// or https:// URL, got {url!r}")
+
+
+def run_checked(parse: Callable[[Checker], T], check: Checker | None) -> T:
+    """Run a section parser that records into a Checker. Inside the policy loader (`check` given) its errors join
+    every other section's; standalone (check=None) they are raised together as PolicyErrors (first one first), so
+    a subsystem's parser has one way to validate whatever calls it."""
+    own = Checker() if check is None else check
+    result = parse(own)
+    if check is None and own.errors:
+        raise PolicyErrors(own.errors)
+    return result

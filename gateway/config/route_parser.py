@@ -10,7 +10,6 @@ from collections.abc import Collection
 from typing import Any
 
 from gateway.backends.base import Timeouts
-from gateway.config.errors import PolicyError
 from gateway.config.fields import Checker, describe, did_you_mean
 from gateway.config.schema import BackendConfig, Backoff, Route, RouteBackend
 from gateway.config.yamltree import join
@@ -239,11 +238,7 @@ def _cache(m: dict, path: str, check: Checker) -> Any:
             raise
         check.error(join(path, "cache"), "this build has no cache subsystem (gateway.cache.config is missing)")
         return None
-    try:
-        return parse_cache_config(m["cache"], join(path, "cache"))
-    except PolicyError as e:
-        _add(check, e)
-        return None
+    return parse_cache_config(m["cache"], join(path, "cache"), check)
 
 
 def _context(m: dict, path: str, check: Checker) -> Any:
@@ -257,14 +252,4 @@ def _context(m: dict, path: str, check: Checker) -> Any:
         key = next(k for k in CONTEXT_KEYS if k in m)
         check.error(join(path, key), "this build has no context subsystem (gateway.context.config is missing)")
         return None
-    try:
-        return parse_context_config(m, path)
-    except PolicyError as e:
-        _add(check, e)
-        return None
-
-
-def _add(check: Checker, e: PolicyError) -> None:
-    """Subsystem parsers raise one PolicyError, or several at once as an object with `.errors`."""
-    for err in getattr(e, "errors", None) or [e]:
-        check.errors.append(PolicyError(err.path, err.message))
+    return parse_context_config(m, path, check)

@@ -20,10 +20,12 @@ defaults for the others; `budget: false` with nothing else turns it off.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.config.errors import PolicyError
+from gateway.config.fields import Checker, run_checked
+from gateway.config.yamltree import join
 
 StrategyName = Literal["balanced", "context_heavy", "output_heavy"]
 
@@ -39,6 +41,9 @@ STRATEGIES: dict[str, Split] = {
     "context_heavy": Split(output=0.125, documents=0.65),
     "output_heavy": Split(output=0.5, documents=0.4),
 }
+
+BUDGET_KEYS = ("context_window", "max_output_tokens", "strategy", "input_price_per_mtok", "output_price_per_mtok")
+CONVERSATION_KEYS = ("keep_recent", "summarizer", "model", "timeout_s", "max_summary_tokens", "cache_ttl_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,126 +97,86 @@ class ContextConfig:
     ordering: OrderingConfig = field(default_factory=OrderingConfig)
 
 
-def parse_context_config(route_raw: dict, path: str) -> ContextConfig | None:
-    """Validate the route's context keys; `path` is the route's key path (`routes[0]`)."""
+def parse_context_config(route_raw: dict, path: str, check: Checker | None = None) -> ContextConfig | None:
+    """Validate the route's context keys; `path` is the route's key path (`routes[0]`). Errors go to the policy
+    loader's `check`, or standalone are raised together (PolicyErrors)."""
+    return run_checked(lambda c: _parse(route_raw, path, c), check)
+
+
+def _parse(route_raw: dict, path: str, check: Checker) -> ContextConfig | None:
     keys = [k for k in ("budget", "compression", "ordering") if route_raw.get(k) not in (None, False)]
     if not keys:
         return None
     return ContextConfig(
-        budget=_budget(route_raw.get("budget"), f"{path}.budget"),
-        **_compression(route_raw.get("compression"), f"{path}.compression"),
-        ordering=_ordering(route_raw.get("ordering"), f"{path}.ordering"),
+        budget=_budget(route_raw.get("budget"), join(path, "budget"), check),
+        **_compression(route_raw.get("compression"), join(path, "compression"), check),
+        ordering=_ordering(route_raw.get("ordering"), join(path, "ordering"), check),
     )
 
 
-def _mapping(raw: Any, path: str, allowed: set[str]) -> dict:
-    if raw is None or raw is True:
-        return {}
-    if not isinstance(raw, dict):
-        raise PolicyError(path, f"must be a mapping with keys {', '.join(sorted(allowed))}")
-    for key in raw:
-        if key not in allowed:
-            raise PolicyError(f"{path}.{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
-    return raw
+def _mapping(raw: Any, path: str, allowed: Collection[str], check: Checker) -> dict:
+    """A section's mapping (null, true and false read as empty: defaults); unknown keys reported with a hint."""
+    if isinstance(raw, bool):
+        raw = None
+    return check.mapping(raw, path, allowed) or {}
 
 
-def _int(raw: dict, key: str, path: str, default: int | None, minimum: int) -> int | None:
-    value = raw.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PolicyError(f"{path}.{key}", f"must be an integer >= {minimum}, got {value!r}")
-    return value
+def _or(value: Any, default: Any) -> Any:
+    """A checker read that failed (None, error recorded) falls back to the default; the policy is refused anyway."""
+    return default if value is None else value
 
 
-def _float(raw: dict, key: str, path: str, default: float | None, low: float, high: float) -> float | None:
-    value = raw.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise PolicyError(f"{path}.{key}", f"must be a number in [{low}, {high}], got {value!r}")
-    return float(value)
-
-
-def _bool(raw: dict, key: str, path: str, default: bool) -> bool:
-    value = raw.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise PolicyError(f"{path}.{key}", f"must be true or false, got {value!r}")
-    return value
-
-
-def _str(raw: dict, key: str, path: str) -> str | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise PolicyError(f"{path}.{key}", f"must be a non-empty string, got {value!r}")
-    return value
-
-
-def _budget(raw: Any, path: str) -> BudgetConfig:
-    m = _mapping(
-        raw,
-        path,
-        {"context_window", "max_output_tokens", "strategy", "input_price_per_mtok", "output_price_per_mtok"},
-    )
-    strategy = m.get("strategy", "balanced")
-    if strategy not in STRATEGIES:
-        raise PolicyError(f"{path}.strategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    window = _int(m, "context_window", path, None, 16)
-    max_output = _int(m, "max_output_tokens", path, None, 1)
+def _budget(raw: Any, path: str, check: Checker) -> BudgetConfig:
+    m = _mapping(raw, path, BUDGET_KEYS, check)
+    window = check.get_int(m, "context_window", path, None, minimum=16)
+    max_output = check.get_int(m, "max_output_tokens", path, None, minimum=1)
     if window is not None and max_output is not None and max_output >= window:
-        raise PolicyError(
-            f"{path}.max_output_tokens", f"must be smaller than context_window ({max_output} >= {window})"
+        check.error(
+            join(path, "max_output_tokens"), f"must be smaller than context_window ({max_output} >= {window})"
         )
     return BudgetConfig(
         context_window=window,
         max_output_tokens=max_output,
-        strategy=strategy,
-        input_price_per_mtok=_float(m, "input_price_per_mtok", path, None, 0.0, 1e6),
-        output_price_per_mtok=_float(m, "output_price_per_mtok", path, None, 0.0, 1e6),
+        strategy=check.get_choice(m, "strategy", path, STRATEGIES, "balanced"),  # type: ignore[arg-type]
+        input_price_per_mtok=check.get_number(m, "input_price_per_mtok", path, None, minimum=0.0, maximum=1e6),
+        output_price_per_mtok=check.get_number(m, "output_price_per_mtok", path, None, minimum=0.0, maximum=1e6),
     )
 
 
-def _compression(raw: Any, path: str) -> dict[str, Any]:
-    m = _mapping(raw, path, {"conversation", "documents", "system"})
-    cp, dp, sp = f"{path}.conversation", f"{path}.documents", f"{path}.system"
-    c = _mapping(
-        m.get("conversation"),
-        cp,
-        {"keep_recent", "summarizer", "model", "timeout_s", "max_summary_tokens", "cache_ttl_s"},
-    )
-    d = _mapping(m.get("documents"), dp, {"max_tokens", "dedup", "near_duplicate"})
-    s = _mapping(m.get("system"), sp, {"max_share"})
-    defaults_c, defaults_d, defaults_s = ConversationConfig(), DocumentsConfig(), SystemConfig()
+def _compression(raw: Any, path: str, check: Checker) -> dict[str, Any]:
+    m = _mapping(raw, path, ("conversation", "documents", "system"), check)
+    cp, dp, sp = join(path, "conversation"), join(path, "documents"), join(path, "system")
+    c = _mapping(m.get("conversation"), cp, CONVERSATION_KEYS, check)
+    d = _mapping(m.get("documents"), dp, ("max_tokens", "dedup", "near_duplicate"), check)
+    s = _mapping(m.get("system"), sp, ("max_share",), check)
+    dc, dd = ConversationConfig(), DocumentsConfig()
     return {
         "conversation": ConversationConfig(
-            keep_recent=_int(c, "keep_recent", cp, defaults_c.keep_recent, 0),  # type: ignore[arg-type]
-            summarizer=_str(c, "summarizer", cp),
-            model=_str(c, "model", cp),
-            timeout_s=_float(c, "timeout_s", cp, defaults_c.timeout_s, 0.01, 600.0),  # type: ignore[arg-type]
-            max_summary_tokens=_int(c, "max_summary_tokens", cp, defaults_c.max_summary_tokens, 16),  # type: ignore[arg-type]
-            cache_ttl_s=_int(c, "cache_ttl_s", cp, defaults_c.cache_ttl_s, 1),  # type: ignore[arg-type]
+            keep_recent=_or(check.get_int(c, "keep_recent", cp, dc.keep_recent, minimum=0), dc.keep_recent),
+            summarizer=check.get_str(c, "summarizer", cp),
+            model=check.get_str(c, "model", cp),
+            timeout_s=_or(check.get_number(c, "timeout_s", cp, dc.timeout_s, minimum=0.01, maximum=600.0),
+                          dc.timeout_s),
+            max_summary_tokens=_or(check.get_int(c, "max_summary_tokens", cp, dc.max_summary_tokens, minimum=16),
+                                   dc.max_summary_tokens),
+            cache_ttl_s=_or(check.get_int(c, "cache_ttl_s", cp, dc.cache_ttl_s, minimum=1), dc.cache_ttl_s),
         ),
         "documents": DocumentsConfig(
-            max_tokens=_int(d, "max_tokens", dp, None, 1),
-            dedup=_bool(d, "dedup", dp, defaults_d.dedup),
-            near_duplicate=_float(d, "near_duplicate", dp, defaults_d.near_duplicate, 0.5, 1.0),  # type: ignore[arg-type]
+            max_tokens=check.get_int(d, "max_tokens", dp, None, minimum=1),
+            dedup=check.get_bool(d, "dedup", dp, dd.dedup),
+            near_duplicate=_or(check.get_number(d, "near_duplicate", dp, dd.near_duplicate, minimum=0.5,
+                                                maximum=1.0), dd.near_duplicate),
         ),
-        "system": SystemConfig(
-            max_share=_float(s, "max_share", sp, defaults_s.max_share, 0.05, 1.0),
-        ),
+        "system": SystemConfig(max_share=check.get_number(s, "max_share", sp, None, minimum=0.05, maximum=1.0)),
     }
 
 
-def _ordering(raw: Any, path: str) -> OrderingConfig:
+def _ordering(raw: Any, path: str, check: Checker) -> OrderingConfig:
     if raw is False:
         return OrderingConfig(enabled=False)
-    m = _mapping(raw, path, {"enabled", "sort_tools", "cache_breakpoints"})
+    m = _mapping(raw, path, ("enabled", "sort_tools", "cache_breakpoints"), check)
     return OrderingConfig(
-        enabled=_bool(m, "enabled", path, True),
-        sort_tools=_bool(m, "sort_tools", path, True),
-        cache_breakpoints=_bool(m, "cache_breakpoints", path, True),
+        enabled=check.get_bool(m, "enabled", path, True),
+        sort_tools=check.get_bool(m, "sort_tools", path, True),
+        cache_breakpoints=check.get_bool(m, "cache_breakpoints", path, True),
     )

@@ -39,6 +39,6 @@ def test_summarizer_must_name_a_backend() -> None:
 
 def test_engine_options_are_validated_at_load() -> None:
     text = "backends:\n  local:\n    type: engine\n    model: smollm2-135m\n    options:\n      max_num_seqs: 0   # <-\n"
-    assert "positive integer" in error_at(text + ROUTES, "backends.local.options.max_num_seqs").message
+    assert ">= 1" in error_at(text + ROUTES, "backends.local.options.max_num_seqs").message
     text = text.replace("max_num_seqs: 0", "kv_cache_memory: 64MiB")
     assert parse(text + ROUTES).backends["local"].options == {"kv_cache_memory": "64MiB"}
