@@ -30,7 +30,8 @@ tool_result `"tool said: <result>"`; with `tools` (tool_choice not none) a tool_
 tool with input `{"text": <last user text>}`. `stop_sequences` and `max_tokens` cut the reply with the matching
 stop_reason. Prompt caching is simulated: tokens are len(JSON of a block) // 4; a prefix ending at a block with
 cache_control is written on first sight (cache_creation_input_tokens) and read afterwards
-(cache_read_input_tokens, the longest cached breakpoint), if it has at least `cache_min_tokens` tokens.
+(cache_read_input_tokens: the longest cached prefix ending at a breakpoint or up to 20 blocks before one, as
+Anthropic looks back), if it has at least `cache_min_tokens` tokens.
 
 Knobs (attributes; `reset()` restores them): delay_headers, delay_per_chunk, cut_after (close after N events),
 stream_error_after (send an `error` event, overloaded_error, after N events; only for the next
@@ -54,6 +55,7 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
 MAX_BREAKPOINTS = 4
 JSON_FRAGMENT = 8  # characters of tool input per input_json_delta
+LOOKBACK = 20  # blocks before a breakpoint where Anthropic also looks for a cache hit
 SIGNING_KEY = b"fake-anthropic-thinking"
 # The SDKs' rule (anthropic-sdk-python `_calculate_nonstreaming_timeout`): a non-streaming request may take
 # 3600 s * max_tokens / 128,000; over 10 minutes (or the per-model table) it must stream.
@@ -187,15 +189,18 @@ class FakeAnthropic(FakeUpstream):
         """Simulated prompt caching over the prefix order tools -> system -> messages."""
         digest = hashlib.sha256(body["model"].encode())
         running = read = written = 0
-        breakpoints: list[tuple[str, int]] = []  # (digest of the prefix ending here, its tokens)
+        prefixes: list[tuple[str, int]] = []  # (digest of the prefix ending at each block, its tokens)
+        breakpoints: list[tuple[str, int]] = []  # the same, at the marked blocks
         for serial, marked in _prompt_blocks(body):
             digest.update(serial)
             running += max(1, len(serial) // 4)
+            prefixes.append((digest.copy().hexdigest(), running))
             if marked and running >= self.cache_min_tokens:
-                breakpoints.append((digest.copy().hexdigest(), running))
-        for key, tokens in breakpoints:
-            if key in self.prompt_cache:
-                read = max(read, tokens)
+                breakpoints.append(prefixes[-1])
+                # A breakpoint also finds entries written at up to LOOKBACK earlier block boundaries.
+                for key, tokens in prefixes[-LOOKBACK:]:
+                    if key in self.prompt_cache:
+                        read = max(read, tokens)
         if breakpoints and breakpoints[-1][0] not in self.prompt_cache:
             written = breakpoints[-1][1] - read
         for key, tokens in breakpoints:
