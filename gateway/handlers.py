@@ -17,7 +17,7 @@ from gateway.appkeys import BACKEND, GATEWAY, PREPARED, REQUEST_ID, ROUTE, STATU
 from gateway.backends.base import BackendError
 from gateway.errors import GatewayError, bad_request
 from gateway.gateway import Gateway
-from gateway.pipeline import CacheControl, RequestContext
+from gateway.pipeline import CacheControl, RequestContext, Stage
 from gateway.request_checks import check_depth, check_embeddings, check_generation
 from gateway.state import Snapshot
 from gateway.streaming import DONE_EVENT, CoalescingWriter, StreamAssembler, completion_to_chunks, sse_event
@@ -27,6 +27,7 @@ log = logging.getLogger("gateway")
 JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ENDPOINT_PARAMS = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
+CHAT_ONLY = frozenset({"chat.completions"})
 # A client's X-Request-Id is echoed in headers, logs and JSON only if it is plain visible ASCII of sane length;
 # anything else (control bytes, non-UTF-8, spaces) is replaced by a fresh id.
 REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}\Z")
@@ -134,7 +135,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     gw, snap, ctx = await prepare(request, endpoint)
-    stages = gw.stages if endpoint == "chat.completions" else ()
+    stages = stages_for(gw, endpoint)
     for stage in stages:
         hit = await stage.before(ctx)
         if hit is not None:
@@ -152,6 +153,12 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     await gw.account(ctx, name, completion.get("usage"))
     ctx.response_headers["X-Backend"] = request[BACKEND] = name
     return json_response(completion, ctx.response_headers)
+
+
+def stages_for(gw: Gateway, endpoint: str) -> list[Stage]:
+    """The stages that serve `endpoint`, in order: each declares `endpoints` (without it: chat completions only,
+    since a stage that reads `messages` cannot work on a legacy `prompt`)."""
+    return [s for s in gw.stages if endpoint in getattr(s, "endpoints", CHAT_ONLY)]
 
 
 async def _answer_from_cache(request: web.Request, gw: Gateway, ctx: RequestContext, hit: dict) -> web.StreamResponse:

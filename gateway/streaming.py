@@ -138,10 +138,12 @@ def _merge_logprobs(parts: list[dict] | None) -> dict | None:
 
 
 def completion_to_chunks(completion: dict, include_usage: bool) -> list[dict]:
-    """A complete chat.completion replayed as the chunks a live stream would have carried."""
+    """A complete chat.completion (or legacy text_completion) replayed as the chunks a live stream would have
+    carried: one with the whole content, one with the finish reason per choice, then usage when asked."""
+    legacy = completion.get("object") == "text_completion"
     base = {
         "id": completion.get("id"),
-        "object": "chat.completion.chunk",
+        "object": "text_completion" if legacy else "chat.completion.chunk",
         "created": completion.get("created"),
         "model": completion.get("model"),
     }
@@ -150,6 +152,12 @@ def completion_to_chunks(completion: dict, include_usage: bool) -> list[dict]:
     chunks: list[dict] = []
     for choice in completion.get("choices") or ():
         idx = choice.get("index", 0)
+        if legacy:  # OpenAI's legacy stream: `text` pieces in text_completion objects, no delta
+            chunks.append({**base, "choices": [{"index": idx, "text": choice.get("text") or "",
+                                                "logprobs": choice.get("logprobs"), "finish_reason": None}]})
+            chunks.append({**base, "choices": [{"index": idx, "text": "", "logprobs": None,
+                                                "finish_reason": choice.get("finish_reason")}]})
+            continue
         msg = choice.get("message") or {}
         delta: dict[str, Any] = {"role": msg.get("role", "assistant"), "content": msg.get("content") or ""}
         if msg.get("refusal"):

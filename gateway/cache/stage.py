@@ -76,6 +76,8 @@ class _Pending:
 
 
 class CacheStage:
+    endpoints = CACHEABLE_ENDPOINTS  # the handler runs this stage for these only (L2 only for chat: see before)
+
     def __init__(self, resources: Resources, worker: SemanticWorker | None = None) -> None:
         self.metrics = resources.metrics
         self._redis = resources.redis
@@ -383,7 +385,8 @@ class CacheStage:
         saved = usage.get("total_tokens") or 0
         if saved:
             self.metrics.tokens.labels("saved_by_cache").inc(saved)
-        return {**completion, "id": f"chatcmpl-{ctx.request_id}", "created": int(time.time())}
+        prefix = "cmpl" if ctx.endpoint == "completions" else "chatcmpl"  # OpenAI's id prefixes per endpoint
+        return {**completion, "id": f"{prefix}-{ctx.request_id}", "created": int(time.time())}
 
     def _threshold(self, ctx: RequestContext, config: CacheConfig) -> tuple[float, float]:
         """(threshold, floor): the route's threshold raised by the header, and the header's value (0 without
