@@ -212,6 +212,14 @@ for _axis, (_plus, _minus) in _POLAR_AXES.items():
         for _w in _words:
             EN_POLAR[_w] = (*EN_POLAR.get(_w, ()), (_axis, _side))
 
+# What a question asks for. Between close texts another kind is another question ("How long does shipping
+# take?" / "How much does shipping cost?"); two-word entries first.
+EN_ASKS: dict[str, str] = {
+    "how long": "duration", "how many": "count", "how much": "amount", "how often": "frequency",
+    "how far": "distance", "how old": "age", "how big": "size", "how fast": "speed", "what time": "time",
+    "when": "time", "where": "place", "who": "person", "whom": "person", "whose": "person", "why": "reason",
+}
+
 # Prefixes that negate the word they are put on: "legal" / "illegal", "able" / "unable", "smoking" /
 # "non-smoking" (hyphens are dropped before the comparison).
 EN_NEGATING_PREFIXES = ("non", "un", "in", "im", "ir", "il", "dis", "ab", "mal")
@@ -397,6 +405,12 @@ ZH_RELATION = frozenset("的在兑到比给向往对能连转把从用换")
 
 # Question words and politeness that change no answer; removed before the substitution check so that
 # 如何/怎么/怎样 or 请问/麻烦 count as the same request.
+ZH_ASKS: dict[str, str] = _longest_first({
+    "多久": "duration", "多长时间": "duration", "多少钱": "amount", "多少": "amount", "几个": "count",
+    "几次": "frequency", "多远": "distance", "多大": "size", "几岁": "age", "什么时候": "time", "几点": "time",
+    "哪里": "place", "哪儿": "place", "在哪": "place", "谁": "person", "为什么": "reason", "为何": "reason",
+})
+
 ZH_NEUTRAL = tuple(sorted((
     "请问", "请", "麻烦", "帮我", "帮忙", "能否", "可以", "能不能", "可不可以", "你能", "你可以", "告诉我", "我想知道",
     "我想", "想知道", "一下", "怎么样", "怎么", "如何", "怎样", "什么", "啥", "哪些", "哪个", "吗", "呢", "吧",

@@ -41,6 +41,7 @@ _HALF = re.compile(r"半")
 _SENTENCE_END = re.compile(r"[.!?。！？:]\s*$")
 _A_NOT_A = re.compile(r"(.)[不没]\1")  # 是不是 / 能不能 / 有没有: a question form, not a negation
 _NOT_IN_TOKEN = re.compile(r"[\s\u3000-\u303f\u3400-\u9fff]+")  # Chinese runs end a token: "用Python3写"
+_POSSESSIVE = re.compile(r"\b([A-Za-z][A-Za-z-]*)'s\b")
 _QUOTED = re.compile(r'"([^"]{1,200})"')
 _EDGE_PUNCT = "\"'.,;:!?()[]{}<>"
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::|->)[\w$]+)+(?:\(\))?|[A-Za-z_$]\w*\(\)|\w*_\w+")
@@ -74,6 +75,8 @@ class Facts:
     opaque: tuple[str, ...]  # sorted, literal
     qualifiers: frozenset[str]
     polar: frozenset[tuple[str, int]]  # (axis, side)
+    possessors: frozenset[str]  # words written with a possessive 's
+    asks: frozenset[str]  # what the question asks for: time, place, amount, duration ...
     cjk_core: str  # Chinese text with the paraphrase-neutral words taken out, for the substitution check
     cjk_plain: str  # its characters before lexicon words were taken out, for the exchange check
     folded: str  # the whole text lower-cased, for quoted strings
@@ -111,6 +114,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if (missing_a and missing_b) or (close and (missing_a or missing_b)):
         return "entity"
     if a.qualifiers != b.qualifiers and (close or _family_conflict(a.qualifiers, b.qualifiers)):
+        return "scope"
+    if close and a.asks and b.asks and a.asks != b.asks:
         return "scope"
     if _opposed(a.polar, b.polar, strong_only=not close):
         return "antonym"
@@ -238,6 +243,8 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
     pos_a = {w: i for i, w in enumerate(ta) if count_a[w] == 1 and not _CJK.match(w)}
     pos_b = {w: i for i, w in enumerate(tb) if count_b[w] == 1 and not _CJK.match(w)}
     terms = [w for w in pos_a if w in pos_b and w not in _FUNCTION and w not in lx.EN_DIRECTIONAL]
+    if close and _possessor_moved(ta, tb, pos_a, pos_b, [t for t in terms if t in a.possessors | b.possessors]):
+        return True
     for i, x in enumerate(terms):
         for y in terms[i + 1:]:
             if pos_b[x] < pos_b[y]:
@@ -255,6 +262,20 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
                           or (roles_a[1] is not None and roles_a[1] == roles_b[0])):
                 return True
             if close and "than" in between_a and "than" in between_b:
+                return True
+    return False
+
+
+def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, int], pos_b: dict[str, int],
+                     possessors: list[str]) -> bool:
+    """An owner ("X's") now stands before another word both texts have: "my neighbour's tree fell onto my
+    car" / "my tree fell onto my neighbour's car", "can my employer read" / "can I read my employer's"."""
+    shared = set(pos_a) & set(pos_b)
+    for x in possessors:
+        i, j = pos_a[x] + 1, pos_b[x] + 1
+        if i < len(ta) and j < len(tb):
+            p, q = ta[i], tb[j]
+            if p != q and p in shared and q in shared:
                 return True
     return False
 
@@ -421,6 +442,8 @@ def facts(text: str) -> Facts:
         opaque=tuple(sorted(opaque)),
         qualifiers=frozenset(qualifiers | zqual),
         polar=frozenset(polar | zpolar),
+        asks=_asks(words, text),
+        possessors=frozenset(m.group(1).lower().replace("-", "") for m in _POSSESSIVE.finditer(text)),
         cjk_core=core,
         cjk_plain=plain,
         folded=text.casefold(),
@@ -433,6 +456,18 @@ def _merge_tokens(words: tuple[str, ...] | list[str], starts: list[int], text: s
     if not cjk:
         return tuple(words)
     return tuple(t for _, t in sorted([*zip(starts, words, strict=True), *cjk]))
+
+
+def _asks(words: list[str], text: str) -> frozenset[str]:
+    found = set()
+    for i, w in enumerate(words):
+        kind = lx.EN_ASKS.get(f"{w} {words[i + 1]}") if i + 1 < len(words) else None
+        kind = kind or lx.EN_ASKS.get(w)
+        if kind:
+            found.add(kind)
+    if _CJK.search(text):
+        found.update(kind for word, kind in lx.ZH_ASKS.items() if word in text)
+    return frozenset(found)
 
 
 def _tokens(text: str) -> tuple[list[str], set[str]]:
