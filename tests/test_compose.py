@@ -154,7 +154,13 @@ def test_grafana_provisioning_points_at_prometheus_and_dashboards(compose: dict[
     for file in files:
         dash = json.loads(file.read_text())
         uids = {t["datasource"]["uid"] for p in dash["panels"] for t in p.get("targets", [])}
-        assert uids == {ds["uid"]}, file.name
+        # Panels use the dashboard's `datasource` variable (type prometheus), whose default is the provisioned
+        # default data source; or the provisioned uid itself.
+        variables = {v["name"]: v for v in dash.get("templating", {}).get("list", [])}
+        if uids == {"${datasource}"}:
+            assert variables["datasource"]["query"] == "prometheus" and ds["isDefault"], file.name
+        else:
+            assert uids == {ds["uid"]}, file.name
 
 
 def exported_names(registry: Any) -> set[str]:
