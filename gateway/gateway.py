@@ -73,6 +73,7 @@ class Gateway:
         backends, _ = await Backends.build(policy, self.metrics)
         self.snapshot = Snapshot(policy, Authenticator(policy), backends)
         self.metrics.prepare(policy)
+        self.router.prepare(policy, backends)
         if self.snapshot.auth.open:
             log.warning("no API keys configured: the gateway is open and serves everyone as tenant 'default'%s",
                         " (auth: {open: true})" if policy.auth_open else
@@ -90,6 +91,7 @@ class Gateway:
     async def close(self) -> None:
         for stage in self.stages:
             await stage.close()
+        await self.router.close()
         for task in list(self._retiring):
             task.cancel()
         for backend in self._retired:
@@ -111,6 +113,7 @@ class Gateway:
         backends, retired = await Backends.build(policy, self.metrics, reuse=self.snapshot.backends)
         self.snapshot = Snapshot(policy, auth, backends)
         self.metrics.prepare(policy)
+        self.router.prepare(policy, backends)
         self._models = (0.0, [])
         if retired:
             self._retired.extend(retired)  # closed after a grace period, or at shutdown if that comes first

@@ -74,7 +74,7 @@ class EngineBackend:
             return
         block_size = int(self.options.engine_args.get("block_size", 16))
         self.router = PrefixRouter(block_size, self.options.overlap_weight, self.options.balance_abs,
-                                   self.options.balance_rel)
+                                   self.options.balance_rel, self.options.load_weight, self.options.shared_weight)
         await loop.run_in_executor(None, self._load_tokenizer)
         replicas, spawn = make_replicas(self.config, self.options, self.metrics)
         self.replica_set = ReplicaSet(replicas, self.router, self.options, spawn)

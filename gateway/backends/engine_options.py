@@ -8,6 +8,7 @@ from typing import Any
 from gateway.config.fields import Checker, describe, run_checked
 from gateway.config.schema import BackendConfig
 from gateway.config.yamltree import join
+from gateway.routing.choice import DEFAULT_LOAD_WEIGHT, DEFAULT_SHARED_WEIGHT
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -32,7 +33,8 @@ ENGINE_ARGS: dict[str, tuple[str, str]] = {
     "enable_chunked_prefill": ("--no-chunked-prefill", "bool_off_flag"),
     "enforce_eager": ("--enforce-eager", "bool_on_flag"),
 }
-ROUTER_ARGS = {"overlap_weight": "number", "balance_abs": "int", "balance_rel": "number"}
+ROUTER_ARGS = {"overlap_weight": "number", "load_weight": "number", "shared_weight": "number", "balance_abs": "int",
+               "balance_rel": "number"}
 SUPERVISOR_ARGS = {"start_timeout_s": "number", "restart_backoff_max_s": "number"}
 
 
@@ -41,6 +43,8 @@ class EngineOptions:
     model: str
     engine_args: dict[str, Any] = field(default_factory=dict)  # EngineConfig field -> value
     overlap_weight: float = 1.0
+    load_weight: float = DEFAULT_LOAD_WEIGHT  # cost of one queued request, in mean request blocks
+    shared_weight: float = DEFAULT_SHARED_WEIGHT  # price of a block of a shared prefix another replica lacks
     balance_abs: int = 64
     balance_rel: float = 1.5
     start_timeout_s: float = 600.0

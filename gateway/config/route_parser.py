@@ -20,7 +20,6 @@ ROUTE_KEYS = (
 )
 CONTEXT_KEYS = ("budget", "compression", "ordering")
 TIMEOUT_KEYS = ("connect", "first_byte", "total")
-STRATEGIES = ("weighted", "least_loaded", "prefix_aware")
 
 
 def parse_routes(
@@ -56,7 +55,7 @@ def _route(
         if name not in declared:
             check.error(join(join(path, "fallbacks"), j), _unknown_backend(name, declared))
     retries = check.get_int(m, "retries", path, 0, minimum=0)
-    strategy = _strategy(m, path, route_backends, backends, check)
+    strategy, prefix = _strategy(m, path, route_backends, backends, check)
     route = Route(
         model=model or "",
         backends=route_backends,
@@ -65,6 +64,7 @@ def _route(
         backoff=_backoff(m, path, check),
         timeouts=_timeouts(m, path, check),
         strategy=strategy,  # type: ignore[arg-type]
+        prefix=prefix,
         cache=_cache(m, path, check),
         context=_context(m, path, check),
         index=i,
@@ -181,18 +181,13 @@ def _check_reachable(routes: list[Route], check: Checker) -> None:
 
 def _strategy(
     m: dict, path: str, route_backends: list[RouteBackend], backends: dict[str, BackendConfig], check: Checker
-) -> str:
-    routing = check.mapping(m.get("routing"), join(path, "routing"), ("strategy",))
-    if routing is None:
-        return "weighted"
-    strategy = check.get_choice(routing, "strategy", join(path, "routing"), STRATEGIES, "weighted")
-    types = [backends[b.name].type for b in route_backends if b.name in backends]
-    if strategy == "prefix_aware" and types and "engine" not in types:
-        check.error(
-            join(path, "routing.strategy"),
-            "prefix_aware routes on engine KV block hashes: the route needs an engine backend",
-        )
-    return strategy
+) -> tuple[str, Any]:
+    """The `routing:` section, parsed by gateway.routing.options: (strategy, prefix options or None)."""
+    if m.get("routing") is None:
+        return "weighted", None
+    from gateway.routing.options import parse_routing
+
+    return parse_routing(m["routing"], path, route_backends, backends, check)
 
 
 def _backoff(m: dict, path: str, check: Checker) -> Backoff:

@@ -17,6 +17,7 @@ from gateway.backends.base import Timeouts
 if TYPE_CHECKING:
     from gateway.cache.config import CacheConfig
     from gateway.context.config import ContextConfig
+    from gateway.routing.approx import PoolOptions
 
 BackendType = Literal["openai", "anthropic", "engine"]
 Strategy = Literal["weighted", "least_loaded", "prefix_aware"]
@@ -100,6 +101,7 @@ class Route:
     backoff: Backoff = field(default_factory=Backoff)
     timeouts: Timeouts = field(default_factory=Timeouts)
     strategy: Strategy = "weighted"
+    prefix: PoolOptions | None = None  # prefix_aware options (gateway.routing.options parses `routing:`)
     cache: CacheConfig | None = None
     context: ContextConfig | None = None
     index: int = 0  # position in the policy, for names and metrics

@@ -1,7 +1,9 @@
-"""Which backend answers: weighted or least-loaded choice, retries with exponential backoff, then fallbacks.
+"""Which backend answers: weighted, least-loaded or prefix-aware choice, retries with exponential backoff,
+then fallbacks.
 
-A `prefix_aware` route picks among its backends like `least_loaded`; prefix awareness lives inside an engine
-backend, which routes across its own replicas by their KV blocks (gateway/routing/prefix.py).
+A `prefix_aware` route with several backends (a pool of vLLM/SGLang/OpenAI-compatible servers) picks by the
+approximate prefix view of gateway/routing/approx.py and learns from each answer's usage; an engine backend
+also routes across its own replicas by their KV blocks (gateway/routing/prefix.py).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from gateway.backends.base import Backend, BackendError, BackendPool
-from gateway.config.schema import Route
+from gateway.config.schema import Policy, Route
 from gateway.metrics import Metrics
+from gateway.routing.approx import HealthWatch, PoolRouter, PrefixMetrics, RouteTicket
 
 T = TypeVar("T")
 
@@ -71,21 +74,91 @@ class Router:
         self.metrics = metrics
         self.inflight = InflightCounter()
         self.rng = random.Random()
+        self.prefix_metrics = PrefixMetrics(metrics.registry)
+        self.pools: dict[tuple, PoolRouter] = {}  # prefix_aware routes' views, kept across reloads
+        self._backends: BackendPool | None = None
+        self._health: HealthWatch | None = None
 
-    def _plan(self, route: Route) -> list[tuple[str, int]]:
-        """(backend name, attempt number) pairs: the primary with its retries, each other backend once."""
-        order = attempt_order(route, self.inflight.counts, self.rng)
+    # --- prefix-aware pools -----------------------------------------------------------------------------
+
+    def prepare(self, policy: Policy, pool: BackendPool) -> None:
+        """Build the views of the policy's prefix_aware routes (unchanged ones keep theirs), pre-create their
+        metrics and watch their backends' health. Called at start and on every reload."""
+        self._backends = pool
+        wanted = {_pool_key(r): r for r in policy.routes if _is_prefix_pool(r)}
+        self.pools = {key: self.pools.get(key) or self._new_pool(route) for key, route in wanted.items()}
+        self._watch()
+
+    def _new_pool(self, route: Route) -> PoolRouter:
+        assert route.prefix is not None
+        names = [b.name for b in route.backends]
+        self.prefix_metrics.prepare(names)
+        return PoolRouter(names, route.prefix, self.prefix_metrics)
+
+    def _pool_for(self, route: Route, pool: BackendPool) -> PoolRouter:
+        self._backends = pool
+        key = _pool_key(route)
+        router = self.pools.get(key)
+        if router is None:  # a route built without prepare() (tests, tools)
+            router = self.pools[key] = self._new_pool(route)
+            self._watch()
+        return router
+
+    def _watch(self) -> None:
+        intervals = [p.options.health_check_s for p in self.pools.values()]
+        if self._health is None and intervals:
+            self._health = HealthWatch(min(intervals), self._check_backend, self._health_result)
+        if self._health is not None:
+            self._health.interval_s = min(intervals, default=self._health.interval_s)
+            self._health.watch({n for p in self.pools.values() for n in p.members})
+
+    async def _check_backend(self, name: str) -> str | None:
+        assert self._backends is not None
+        return await self._backends.get(name).check_ready()
+
+    def _health_result(self, name: str, healthy: bool) -> None:
+        for p in self.pools.values():
+            p.set_healthy(name, healthy)
+
+    def _mark_down(self, prefix: tuple[PoolRouter, RouteTicket | None] | None, name: str, e: BackendError) -> None:
+        """A server that refuses connections leaves the choice now; its health check brings it back."""
+        if prefix is not None and e.reason == "connect":
+            self._health_result(name, False)
+
+    async def close(self) -> None:
+        if self._health is not None:
+            await self._health.close()
+            self._health = None
+
+    # --- plans --------------------------------------------------------------------------------------------
+
+    def _plan(
+        self, route: Route, pool: BackendPool | None = None, kind: str = "chat", body: dict | None = None
+    ) -> tuple[list[tuple[str, int]], tuple[PoolRouter, RouteTicket | None] | None]:
+        """(backend name, attempt number) pairs: the primary with its retries, each other backend once; and the
+        prefix router with its ticket on prefix_aware pools."""
+        prefix = None
+        if body is not None and pool is not None and _is_prefix_pool(route):
+            router = self._pool_for(route, pool)
+            order, ticket = router.choose(kind, body, self.inflight.counts)
+            order += [f for f in route.fallbacks if f not in order]
+            prefix = (router, ticket)
+        else:
+            order = attempt_order(route, self.inflight.counts, self.rng)
         plan = [(order[0], a) for a in range(route.retries + 1)]
-        return plan + [(name, 0) for name in order[1:]]
+        return plan + [(name, 0) for name in order[1:]], prefix
 
     async def call(
-        self, route: Route, pool: BackendPool, op: Callable[[Backend], Awaitable[T]]
+        self, route: Route, pool: BackendPool, op: Callable[[Backend], Awaitable[T]], *, kind: str = "chat",
+        body: dict | None = None,
     ) -> tuple[T, str]:
-        """Run `op` on backends by the route's plan until one succeeds; returns (result, backend name)."""
+        """Run `op` on backends by the route's plan until one succeeds; returns (result, backend name).
+        `body` (with `kind`, chat or completion) is the request as forwarded, for prefix-aware routes."""
         last: BackendError | None = None
         skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
         began = time.monotonic()
-        for name, attempt in self._plan(route):
+        plan, prefix = self._plan(route, pool, kind, body)
+        for name, attempt in plan:
             if name in skip:
                 continue
             if last is not None and attempt > 0:
@@ -94,21 +167,27 @@ class Router:
                 await asyncio.sleep(backoff_delay(route, attempt - 1, last.retry_after))
             self.inflight.enter(name)
             try:
-                return await op(pool.get(name)), name
+                result = await op(pool.get(name))
             except BackendError as e:
                 e.backend = name  # outcomes are attributed to the backend that produced them
+                self._mark_down(prefix, name, e)
                 if next_backend_only(e):
                     skip.add(name)
                 elif not e.retryable:
                     raise
                 last = e
+                continue
             finally:
                 self.inflight.leave(name)
+            if prefix is not None and prefix[1] is not None:
+                prefix[0].answered(prefix[1], name, result.get("usage") if isinstance(result, dict) else None)
+            return result, name
         assert last is not None
         raise last
 
     async def open_stream(
-        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]]
+        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]], *, kind: str = "chat",
+        body: dict | None = None,
     ) -> tuple[dict, AsyncIterator[dict], str]:
         """Open a stream by the route's plan: retries and fallbacks apply until the first chunk arrives.
 
@@ -118,7 +197,8 @@ class Router:
         last: BackendError | None = None
         skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
         began = time.monotonic()
-        for name, attempt in self._plan(route):
+        plan, prefix = self._plan(route, pool, kind, body)
+        for name, attempt in plan:
             if name in skip:
                 continue
             if last is not None and attempt > 0:
@@ -140,6 +220,7 @@ class Router:
                 e.backend = name  # outcomes are attributed to the backend that produced them
                 self.inflight.leave(name)
                 await stream.aclose()  # type: ignore[attr-defined]
+                self._mark_down(prefix, name, e)
                 if next_backend_only(e):
                     skip.add(name)
                 elif not e.retryable:
@@ -150,6 +231,31 @@ class Router:
                 self.inflight.leave(name)
                 await stream.aclose()  # type: ignore[attr-defined]
                 raise
+            if prefix is not None and prefix[1] is not None:
+                return first, _learn_from_usage(prefix[0], prefix[1], name, first, stream), name
             return first, stream, name
         assert last is not None
         raise last
+
+
+def _is_prefix_pool(route: Route) -> bool:
+    return route.strategy == "prefix_aware" and route.prefix is not None and len(route.backends) > 1
+
+
+def _pool_key(route: Route) -> tuple:
+    return (route.model, tuple(b.name for b in route.backends), route.prefix)
+
+
+async def _learn_from_usage(
+    router: PoolRouter, ticket: RouteTicket, name: str, first: dict, stream: AsyncIterator[dict]
+) -> AsyncIterator[dict]:
+    """The stream as it comes; its usage (the last chunk's) corrects the prefix view once it has ended."""
+    usage = first.get("usage")
+    try:
+        async for chunk in stream:
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            yield chunk
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+    router.answered(ticket, name, usage)

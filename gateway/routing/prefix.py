@@ -5,13 +5,10 @@ events carrying the engine's own chained block hashes), plus an optimistic entry
 just routed with, which expires unless the engine confirms it. A request's block hashes are computed with
 the engine's hash function, so router and engine agree exactly.
 
-Choice (SGLang's imbalance override, then Dynamo's cost in blocks):
-- if the in-flight request counts are imbalanced (max - min > balance_abs and max > balance_rel * min),
-  the least-loaded replica wins;
-- otherwise the lowest `overlap_weight * blocks_to_prefill + active_blocks` wins, where blocks_to_prefill
-  counts the request's blocks past the replica's longest cached prefix and active_blocks is this router's
-  count of the blocks held by requests it has in flight there. Ties go to fewer requests in flight, then
-  to the replica caching fewer blocks, so cold prefixes spread over the pool instead of piling up.
+The choice is `gateway.routing.choice.pick`: SGLang's imbalance override, then the lowest
+`overlap_weight * blocks_to_prefill + load_weight * inflight * mean_request_blocks`, where blocks_to_prefill
+counts the request's blocks past the replica's longest cached prefix (a hit never covers the last token) and
+mean_request_blocks is the moving average of the routed requests' sizes.
 """
 
 from __future__ import annotations
@@ -19,6 +16,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from gateway.routing.choice import (
+    DEFAULT_LOAD_WEIGHT,
+    DEFAULT_SHARED_WEIGHT,
+    Balance,
+    Branches,
+    Candidate,
+    RecentLoad,
+    RequestMean,
+    pick,
+)
 
 OPTIMISTIC_TTL_S = 10.0
 
@@ -49,7 +57,8 @@ class Decision:
     replica: str
     cached_blocks: int  # the chosen replica's cached prefix, in blocks
     cost: float
-    reason: str  # "prefix" (cost) or "imbalance" (least-loaded override)
+    reason: str  # "prefix" (the longest cached prefix won), "load" (cost or the imbalance override chose another)
+    override: bool = False  # the imbalance override decided
 
 
 @dataclass(slots=True)
@@ -68,14 +77,17 @@ class PrefixRouter:
         overlap_weight: float = 1.0,
         balance_abs: int = 64,
         balance_rel: float = 1.5,
+        load_weight: float = DEFAULT_LOAD_WEIGHT,
+        shared_weight: float = DEFAULT_SHARED_WEIGHT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if block_size <= 0:
             raise ValueError("block_size must be positive")
         self.block_size = block_size
-        self.overlap_weight = overlap_weight
-        self.balance_abs = balance_abs
-        self.balance_rel = balance_rel
+        self.rules = Balance(overlap_weight, load_weight, balance_abs, balance_rel, shared_weight)
+        self.mean_request = RequestMean()
+        self.recent = RecentLoad()
+        self.branches = Branches()
         self._clock = clock
         self.replicas: dict[str, ReplicaState] = {}
 
@@ -130,26 +142,22 @@ class PrefixRouter:
         return count
 
     def choose(self, block_hashes: list[int], num_tokens: int) -> Decision:
-        candidates = [s for s in self.replicas.values() if s.healthy]
-        if not candidates:
-            raise LookupError("no healthy engine replica")
-        loads = [s.inflight for s in candidates]
-        lo, hi = min(loads), max(loads)
-        if hi - lo > self.balance_abs and hi > self.balance_rel * lo:
-            best = min(candidates, key=lambda s: (s.inflight, s.active_blocks, s.name))
-            return Decision(best.name, self.cached_blocks(best.name, block_hashes), 0.0, "imbalance")
-        scored = []
-        for state in candidates:
+        candidates = []
+        shared = self.branches.shared_depth(block_hashes)
+        for state in self.replicas.values():
+            if not state.healthy:
+                continue
             cached = self.cached_blocks(state.name, block_hashes)
             # a hit never covers the last prompt token, so at least one token is always prefilled
             cached_tokens = min(cached * self.block_size, max(num_tokens - 1, 0))
             to_prefill = -(-(num_tokens - cached_tokens) // self.block_size)
-            cost = self.overlap_weight * to_prefill + state.active_blocks
-            # ties (e.g. a cold prefix on idle replicas) go to the emptier cache, spreading prefixes out
             occupancy = len(state.confirmed) + len(state.predicted)
-            scored.append((cost, state.inflight, occupancy, state.name, cached))
-        cost, _, _, name, cached = min(scored)
-        return Decision(name, cached, cost, "prefix")
+            candidates.append(Candidate(state.name, state.inflight, self.recent.get(state.name), cached, to_prefill,
+                                        max(shared - cached, 0), occupancy))
+        if not candidates:
+            raise LookupError("no healthy engine replica")
+        chosen = pick(candidates, self.rules, self.mean_request.value)
+        return Decision(chosen.name, chosen.cached_blocks, chosen.cost, chosen.reason, chosen.override)
 
     # --- in-flight bookkeeping ------------------------------------------------------------------------
 
@@ -157,6 +165,9 @@ class PrefixRouter:
         """Count the request against its replica and predict that its full blocks will be cached there."""
         state = self.replicas[decision.replica]
         blocks = -(-num_tokens // self.block_size)
+        self.mean_request.add(blocks)
+        self.recent.add(decision.replica, sum(1 for s in self.replicas.values() if s.healthy))
+        self.branches.observe(block_hashes)
         state.inflight += 1
         state.active_blocks += blocks
         expiry = self._clock() + OPTIMISTIC_TTL_S

@@ -173,11 +173,14 @@ def test_redis_timeout_must_be_positive() -> None:
     assert "must be > 0" in error_at(text, "redis.timeout_ms").message
 
 
-def test_unknown_strategy_and_prefix_aware_without_engine() -> None:
+def test_unknown_strategy_and_prefix_aware_on_anthropic() -> None:
     text = BACKENDS + ROUTES + "    routing: {strategy: least-loaded}   # <-\n"
     assert "did you mean 'least_loaded'" in error_at(text, "routes[0].routing.strategy").message
-    text = BACKENDS + "routes:\n  - match: {model: m}\n    backends: [openai]\n    routing: {strategy: prefix_aware}   # <-\n"
-    assert "needs an engine backend" in error_at(text, "routes[0].routing.strategy").message
+    text = BACKENDS + "routes:\n  - match: {model: m}\n    backends: [openai]\n    routing: {strategy: prefix_aware}\n"
+    assert parse(text).routes[0].strategy == "prefix_aware"  # openai-compatible pools route by an approximate view
+    text = BACKENDS.replace("backends:\n", "backends:\n  claude: {type: anthropic, api_key: k}\n") + \
+        "routes:\n  - match: {model: m}\n    backends: [claude]\n    routing: {strategy: prefix_aware}   # <-\n"
+    assert "anthropic backend" in error_at(text, "routes[0].routing.strategy").message
 
 
 def test_duplicate_yaml_key() -> None:

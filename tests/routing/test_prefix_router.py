@@ -1,5 +1,5 @@
-"""The prefix router's choice logic: longest cached prefix, Dynamo's block cost, SGLang's imbalance override,
-and the KV mirror (snapshot, stored, removed, optimistic entries that expire)."""
+"""The prefix router's choice logic: longest cached prefix against queue cost, shared prefixes, SGLang's
+imbalance override, and the KV mirror (snapshot, stored, removed, optimistic entries that expire)."""
 
 from __future__ import annotations
 
@@ -44,30 +44,50 @@ def test_longest_cached_prefix_wins_when_load_is_equal() -> None:
     assert decision.reason == "prefix"
 
 
-def test_cost_is_prefill_blocks_plus_active_blocks() -> None:
-    """Dynamo's worked example: W1 = 8 + 10, W2 = 5 + 5 (chosen), W3 = 2 + 9."""
-    router = make("w1", "w2", "w3")
-    hashes = list(range(100, 110))  # 10 full blocks, 160 tokens + 1 partial token below
-    router.apply_snapshot("w1", hashes[:2])   # 8 blocks + the tail left to prefill
-    router.apply_snapshot("w2", hashes[:5])
-    router.apply_snapshot("w3", hashes[:8])
-    busy(router, "w1", 1, 10)
-    busy(router, "w2", 1, 5)
-    busy(router, "w3", 1, 9)
-    num_tokens = 10 * B
-    decision = router.choose(hashes, num_tokens)
-    assert decision.replica == "w2"
-    assert decision.cost == pytest.approx(5 + 5)
+def test_a_cached_history_outweighs_a_request_more_in_flight() -> None:
+    """The old rule (prefill blocks + active blocks) gave a 30-block cached history away to a replica one request
+    less busy; a queued request now costs load_weight * mean request size, and the history stays."""
+    router = make("a", "b")
+    hashes = list(range(1, 31))
+    router.apply_snapshot("a", hashes)
+    busy(router, "a", 1, 31)
+    decision = router.choose(hashes, 30 * B + 5)
+    assert (decision.replica, decision.reason, decision.override) == ("a", "prefix", False)
+
+
+def test_a_deep_queue_outweighs_a_short_prefix() -> None:
+    router = make("a", "b")
+    hashes = list(range(1, 11))
+    router.apply_snapshot("a", hashes[:1])
+    busy(router, "a", 6)
+    decision = router.choose(hashes, 10 * B + 1)
+    assert (decision.replica, decision.reason) == ("b", "load")
 
 
 def test_overlap_weight_scales_the_prefill_term() -> None:
     hashes = list(range(1, 9))
-    for weight, expected in ((1.0, "idle"), (4.0, "cached")):
+    for weight, expected in ((0.1, "idle"), (4.0, "cached")):
         router = make("cached", "idle", overlap_weight=weight)
         router.apply_snapshot("cached", hashes)
-        busy(router, "cached", 2, 10)  # 20 active blocks
-        # cached: w*1 + 20; idle: w*8 + 0
+        busy(router, "cached", 4)
         assert router.choose(hashes, 8 * B).replica == expected
+
+
+def test_new_conversations_spread_off_a_shared_prefix_while_old_ones_stay() -> None:
+    """Blocks that conversations branch from (a shared system prompt) are cheap to copy; a history is not."""
+    router = make("a", "b", load_weight=1.0)
+    system = list(range(1, 21))
+    first = [*system, *range(101, 111)]  # a conversation ten blocks past the system prompt
+    second = [*system, 201, 202]
+    for hashes in (first, second):  # both conversations start on a, which then holds the system prompt
+        router.apply_snapshot("a", sorted(set(router.replicas["a"].confirmed) | set(hashes)))
+        router.branches.observe(hashes)
+    busy(router, "a", 2)
+    third = [*system, 301, 302]
+    assert router.branches.shared_depth(third) == len(system)
+    assert router.choose(third, 22 * B + 1).replica == "b"  # a new conversation: the system prompt is copied
+    later = [*first, 111, 112]
+    assert router.choose(later, 32 * B + 1).replica == "a"  # an old one: its history stays where it is
 
 
 def test_a_full_hit_still_prefills_the_last_token() -> None:
@@ -85,7 +105,7 @@ def test_imbalance_override_sends_to_the_least_loaded() -> None:
     busy(router, "hot", 100)
     busy(router, "cold", 30)  # 100 - 30 > 64 and 100 > 1.5 * 30
     decision = router.choose(hashes, 3 * B + 1)
-    assert (decision.replica, decision.reason) == ("cold", "imbalance")
+    assert (decision.replica, decision.reason, decision.override) == ("cold", "load", True)
 
 
 def test_no_override_when_the_relative_gap_is_small() -> None:
@@ -94,13 +114,10 @@ def test_no_override_when_the_relative_gap_is_small() -> None:
     router.apply_snapshot("hot", hashes)
     busy(router, "hot", 200)
     busy(router, "cold", 140)  # gap 60 < 64
-    first = router.choose(hashes, 40 * B + 1)
-    assert (first.reason, first.replica) == ("prefix", "cold")  # 140 + 41 < 200 + 1
+    assert not router.choose(hashes, 40 * B + 1).override
     busy(router, "hot", 10)
     busy(router, "cold", 5)  # gap 65 > 64 but 210 < 1.5 * 145
-    decision = router.choose(hashes, 40 * B + 1)
-    assert decision.reason == "prefix"
-    assert decision.replica == "cold"  # by cost: 145 active + 41 to prefill < 210 active + 1
+    assert not router.choose(hashes, 40 * B + 1).override
 
 
 def test_removed_and_snapshot_events_update_the_mirror() -> None:

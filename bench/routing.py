@@ -1,0 +1,207 @@
+"""Prefix-aware routing benchmark (issue 13): the same multi-turn workload through the gateway with
+`weighted`, `least_loaded` and `prefix_aware` routing, in one run; per strategy the share of prompt tokens
+the fleet had to prefill (from the answers' `usage.prompt_tokens_details.cached_tokens`) and the requests
+per replica.
+
+    python bench/routing.py --fleet fakes     # 4 fake vLLM-like replicas with LRU prefix caches (seconds)
+    python bench/routing.py --fleet engine    # 3 bundled-engine replicas (urls:, KV cache 96 MiB each) on CPU
+
+fakes: two dozen users over three shared system prompts, six turns each, eight turns in flight; each fake
+keeps --capacity (200) blocks of 16 tokens (tests/fakes/prefix_cache_server.py) and prefills one request at a time.
+engine: 12 users over 4 shared system prompts, 4 turns each, concurrency 4, SmolLM2-135M replicas spawned by
+this script (`llm-gateway engine`, one torch thread each), the gateway in this process.
+Replicas start afresh for every strategy, so no strategy inherits another's caches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import aiohttp  # noqa: E402
+import openai  # noqa: E402
+
+from tests.fakes.prefix_cache_server import PrefixCacheServer, run_conversations  # noqa: E402
+from tests.helpers import ServerThread, free_port  # noqa: E402
+
+STRATEGIES = ("weighted", "least_loaded", "prefix_aware")
+ENGINE_MODEL = "smollm2-135m"
+
+
+def gateway_policy(urls: list[str], strategy: str, kind: str, model: str, extra: str, capacity_tokens: int = 0) -> str:
+    if kind == "engine":
+        urls_yaml = ", ".join(f"'{u}'" for u in urls)
+        backends = f"  pool: {{type: engine, model: {ENGINE_MODEL}, urls: [{urls_yaml}]{extra}}}\n"
+        names = "pool"
+        routing = "prefix_aware" if strategy == "prefix_aware" else strategy
+    else:
+        backends = "".join(f"  r{i}: {{type: openai, base_url: '{u}/v1', api_key: k, "
+                           f"options: {{prefix_cache_tokens: {capacity_tokens}}}}}\n" for i, u in enumerate(urls))
+        names = ", ".join(f"r{i}" for i in range(len(urls)))
+        routing = strategy
+    return (f"backends:\n{backends}routes:\n  - match: {{model: {model}}}\n    backends: [{names}]\n"
+            f"    routing: {{strategy: {routing}}}\n    timeout_s: 600\n")
+
+
+def start_gateway(policy_text: str, data_dir: str) -> ServerThread:
+    from gateway.app import create_app
+    from gateway.config.loader import parse_policy
+
+    text = policy_text + f"redis: {{url: embedded}}\nserver: {{data_dir: '{data_dir}'}}\n"
+    policy = parse_policy(text, "bench-routing.yaml")
+    return ServerThread(lambda: create_app(policy)).start()
+
+
+async def drive(url: str, model: str, workload: dict, max_tokens: int) -> list[dict]:
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="bench", max_retries=0, timeout=900)
+
+    async def chat(messages: list[dict]) -> tuple[str, dict, str]:
+        extra = {"temperature": 0, "ignore_eos": True} if model == ENGINE_MODEL else {}
+        raw = await client.chat.completions.with_raw_response.create(
+            model=model, messages=messages, max_tokens=max_tokens, extra_body=extra or None)
+        completion = raw.parse()
+        return completion.choices[0].message.content or "", completion.usage.model_dump(), raw.headers["x-backend"]
+
+    try:
+        return await run_conversations(chat, **workload)
+    finally:
+        await client.close()
+
+
+# ---- engine replicas ----------------------------------------------------------------------------------------
+
+def spawn_engines(n: int, kv: str, threads: int) -> tuple[list[subprocess.Popen], list[str]]:
+    procs, urls = [], []
+    for i in range(n):
+        port = free_port()
+        cmd = [sys.executable, "-m", "engine.cli", "--model", ENGINE_MODEL, "--port", str(port),
+               "--kv-cache-memory", kv, "--num-threads", str(threads), "--log-level", "warning"]
+        core = str(i % max(os.cpu_count() or 1, 1))
+        procs.append(subprocess.Popen(["taskset", "-c", core, *cmd], cwd=ROOT, stdout=subprocess.DEVNULL))
+        urls.append(f"http://127.0.0.1:{port}")
+    return procs, urls
+
+
+async def wait_healthy(urls: list[str], limit_s: float = 300) -> None:
+    deadline = time.monotonic() + limit_s
+    async with aiohttp.ClientSession() as s:
+        for u in urls:
+            while True:
+                try:
+                    async with s.get(u + "/health") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"engine replica {u} did not start")
+                await asyncio.sleep(0.5)
+
+
+async def engine_stats(urls: list[str]) -> list[tuple[float, float]]:
+    """(requests, prompt tokens) per replica from its own /metrics."""
+    out = []
+    async with aiohttp.ClientSession() as s:
+        for u in urls:
+            async with s.get(u + "/metrics") as r:
+                text = await r.text()
+            values = {}
+            for line in text.splitlines():
+                if line.startswith(("engine_prompt_tokens_total", "engine_ttft_seconds_count")):
+                    name, value = line.rsplit(" ", 1)
+                    values[name.split("{")[0]] = values.get(name.split("{")[0], 0.0) + float(value)
+            out.append((values.get("engine_ttft_seconds_count", 0.0), values.get("engine_prompt_tokens_total", 0.0)))
+    return out
+
+
+# ---- one strategy -------------------------------------------------------------------------------------------
+
+def summarise(strategy: str, records: list[dict], seconds: float) -> dict:
+    prompt = sum(r["usage"]["prompt_tokens"] for r in records)
+    cached = sum((r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0 for r in records)
+    per_backend: dict[str, int] = {}
+    for r in records:
+        per_backend[r["backend"]] = per_backend.get(r["backend"], 0) + 1
+    return {"strategy": strategy, "requests": len(records), "prompt": prompt, "prefilled": prompt - cached,
+            "share": (prompt - cached) / max(prompt, 1), "seconds": seconds, "per_backend": per_backend}
+
+
+async def run_strategy(args: argparse.Namespace, strategy: str, tmp: str) -> dict:
+    procs: list[subprocess.Popen] = []
+    servers: list[ServerThread] = []
+    try:
+        if args.fleet == "engine":
+            procs, urls = spawn_engines(3, args.kv_cache, args.engine_threads)
+            await wait_healthy(urls)
+            model, workload, max_tokens = ENGINE_MODEL, {"users": 12, "prompts": 4, "turns": 4, "concurrency": 4,
+                                                         "system_words": args.system_words, "user_words": 20}, 16
+            extra = f", options: {{load_weight: {args.load_weight}}}" if args.load_weight is not None else ""
+        else:
+            fakes = [PrefixCacheServer(args.capacity, prefill_s_per_token=0.00005) for _ in range(4)]
+            servers = [ServerThread(lambda f=f: f.app).start() for f in fakes]
+            urls = [s.url for s in servers]
+            model, workload, max_tokens = "fleet-model", {"users": 24, "prompts": 3, "turns": 6, "concurrency": 8,
+                                                         "system_words": 150, "user_words": 25}, 16
+            extra = ""
+        text = gateway_policy(urls, strategy, args.fleet, model, extra, args.capacity * 16)
+        if args.fleet != "engine" and args.load_weight is not None and strategy == "prefix_aware":
+            text = text.replace("strategy: prefix_aware", f"strategy: prefix_aware, load_weight: {args.load_weight}")
+        gw = await asyncio.to_thread(start_gateway, text, tmp)
+        try:
+            started = time.perf_counter()
+            records = await drive(gw.url, model, workload, max_tokens)
+            out = summarise(strategy, records, time.perf_counter() - started)
+            if args.fleet == "engine":
+                by_url = dict(zip(urls, await engine_stats(urls), strict=True))
+                out["per_backend"] = {u.rsplit(":", 1)[1]: int(by_url[u][0]) for u in urls}  # requests each
+        finally:
+            await asyncio.to_thread(gw.stop)
+        return out
+    finally:
+        for s in servers:
+            s.stop()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fleet", choices=("fakes", "engine"), default="fakes")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--kv-cache", default="96MiB")
+    ap.add_argument("--capacity", type=int, default=200, help="fakes: blocks of 16 tokens each caches")
+    ap.add_argument("--engine-threads", type=int, default=1)
+    ap.add_argument("--system-words", type=int, default=200)
+    ap.add_argument("--load-weight", type=float, default=None, help="override the routing default")
+    args = ap.parse_args()
+    import tempfile
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for strategy in args.strategies.split(","):
+            results.append(await run_strategy(args, strategy, tmp))
+            r = results[-1]
+            print(f"{strategy:13s} prefilled {r['prefilled']:7d} of {r['prompt']:7d} prompt tokens "
+                  f"(share {r['share']:.3f})  {r['seconds']:6.1f}s  per replica: {r['per_backend']}", flush=True)
+    base = next((r for r in results if r["strategy"] == "weighted"), None)
+    if base:
+        for r in results:
+            loads = list(r["per_backend"].values())
+            spread = max(loads) / max(min(loads), 1) if loads else 0
+            print(f"{r['strategy']:13s} prefills {r['prefilled'] / max(base['prefilled'], 1):.2f}x of weighted; "
+                  f"busiest/idlest replica {spread:.2f}x")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
