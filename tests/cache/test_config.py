@@ -36,7 +36,7 @@ def test_full_section() -> None:
 def test_semantic_true_uses_defaults_and_exact_can_be_off() -> None:
     cfg = parse_cache_config({"exact": False, "semantic": True}, P)
     assert cfg is not None and cfg.exact is None
-    assert cfg.semantic == SemanticConfig(threshold=0.95, ttl=3600.0, max_entries=10_000, verify=True)
+    assert cfg.semantic == SemanticConfig(threshold=0.80, ttl=3600.0, max_entries=10_000, verify=True)
 
 
 @pytest.mark.parametrize(("raw", "path"), [
