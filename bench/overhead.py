@@ -4,7 +4,8 @@
 
 The fake upstream and the load generator share core 0; the proxy under test (pass-through or gateway, one at
 a time, caches off, one worker) runs alone on core 1. Prints added latency P50/P99 at C=1 and at a fixed
-offered rate (open loop), and maximum RPS at C=64, streaming and not.
+offered rate (open loop), maximum RPS at C=64, streaming and not, and exact-cache hits at C=32 (a second route,
+`fake-model-2`, with L1 on an embedded Redis) against the pass-through's misses at C=32.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BODY = b'{"model":"fake-model","messages":[{"role":"user","content":"hello there, how are you?"}],"max_tokens":16}'
 STREAM_BODY = BODY[:-1] + b',"stream":true}'
 PATH = "/v1/chat/completions"
+HIT_BODY = BODY.replace(b'"fake-model"', b'"fake-model-2"')[:-1] + b',"temperature":0}'
 
 
 def free_port() -> int:
@@ -60,18 +62,26 @@ backends:
 routes:
   - match: {{model: fake-model}}
     backends: [up]
+  - match: {{model: fake-model-2}}
+    backends: [up]
+    cache: {{exact: {{ttl: 3600}}}}
 """
 
 
-async def measure(url: str, quick: bool) -> dict[str, Result]:
+async def measure(url: str, quick: bool, hits: bool = False) -> dict[str, Result]:
     n = 600 if quick else 3000
     await closed_loop(url, PATH, BODY, 8, n // 3)  # warm-up: connections, JIT-free but caches and pools
-    return {
+    out = {
         "c1": await closed_loop(url, PATH, BODY, 1, n),
         "open": await open_loop(url, PATH, BODY, 1000, 2 if quick else 5),
         "max": await closed_loop(url, PATH, BODY, 64, 3 * n),
         "max_stream": await closed_loop(url, PATH, STREAM_BODY, 64, 3 * n),
+        "c32": await closed_loop(url, PATH, BODY, 32, 3 * n),  # misses: the baseline for exact hits
     }
+    if hits:
+        await closed_loop(url, PATH, HIT_BODY, 1, 1)  # the miss that stores the entry
+        out["c32_hit"] = await closed_loop(url, PATH, HIT_BODY, 32, 3 * n)
+    return out
 
 
 def main() -> None:
@@ -103,7 +113,7 @@ def main() -> None:
                         "--log-level", "WARNING"], 1)
             procs.append(gw)
             wait_port(gw_port)
-            results["gateway"] = asyncio.run(measure(f"http://127.0.0.1:{gw_port}", args.quick))
+            results["gateway"] = asyncio.run(measure(f"http://127.0.0.1:{gw_port}", args.quick, hits=True))
         finally:
             for p in procs:
                 p.terminate()
@@ -127,8 +137,15 @@ def report(results: dict[str, dict[str, Result]]) -> None:
     print(f"{'':34} {'direct':>9} {'passthru':>9} {'gateway':>9} {'pt added':>9} {'gw added':>9}")
     for name, *vals in rows:
         print(f"{name:34} " + " ".join(f"{v:9.3f}" if v == v else f"{'':>9}" for v in vals))
+    rows_c32 = (("max RPS C=32 (pass-through: misses)", d["c32"].rps, p["c32"].rps, g["c32"].rps),
+                ("max RPS C=32, gateway exact hits", float("nan"), float("nan"), g["c32_hit"].rps))
+    for name, *vals in rows_c32:
+        print(f"{name:34} " + " ".join(f"{v:9.3f}" if v == v else f"{'':>9}" for v in vals))
     print(f"gateway/passthrough max RPS: {g['max'].rps / p['max'].rps:.2f}x, "
-          f"stream {g['max_stream'].rps / p['max_stream'].rps:.2f}x")
+          f"stream {g['max_stream'].rps / p['max_stream'].rps:.2f}x, "
+          f"exact hits C=32 vs pass-through misses {g['c32_hit'].rps / p['c32'].rps:.2f}x; "
+          f"added P50 C=1: pass-through {ms(p['c1'], 50) - ms(d['c1'], 50):.3f} ms, "
+          f"gateway {ms(g['c1'], 50) - ms(d['c1'], 50):.3f} ms")
     errors = {k: sum(r.errors for r in v.values()) for k, v in results.items()}
     print(f"errors: {errors}")
 

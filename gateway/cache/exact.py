@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from gateway.cache import keyspace as ks
+from gateway.cache.lean_get import LeanGet
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -27,15 +28,22 @@ class ExactCache:
         self._redis = redis
         self._lookup_guard = lookup_guard
         self._store_guard = store_guard
+        # Lookups are the hot path of every hit: pipelined on one connection where the server allows it.
+        self._lean = LeanGet.for_client(redis)
+        self._read = self._lean.get if self._lean is not None else redis.get
 
     async def get(self, ns: str, digest: str) -> Stored | None:
         """Raises RedisUnavailable when Redis is slow or down (the caller treats it as a miss)."""
         key = ks.exact_entry(ns, digest)
-        raw = await self._lookup_guard.call(lambda: self._redis.get(key))
+        raw = await self._lookup_guard.call(self._read(key))
         if raw is None:
             return None
         doc = orjson.loads(raw)
         return Stored(completion=doc["c"], stored_at=doc["at"])
+
+    def close(self) -> None:
+        if self._lean is not None:
+            self._lean.close()
 
     async def put(self, tenant: str, model: str, ns: str, digest: str, completion: dict, ttl_s: float) -> None:
         now = time.time()

@@ -205,6 +205,7 @@ class CacheStage:
             log.exception("cache store failed")
 
     async def close(self) -> None:
+        self.exact.close()
         await self.semantic.close()
         await self.worker.close()
 

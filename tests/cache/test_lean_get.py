@@ -1,0 +1,47 @@
+"""The exact cache's pipelined GET on a real Redis: replies matched in order (even past a caller that gave up),
+error replies raised as redis-py does, a dropped connection replaced on the next GET."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from gateway.cache.lean_get import LeanGet
+
+
+def test_many_gets_in_flight_get_their_own_values(redis_url: str) -> None:
+    sync = redis.Redis.from_url(redis_url)
+    sync.mset({f"k{i}": f"v{i}" for i in range(200)})
+    sync.lpush("a-list", "x")  # GET on a list is an error reply
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        lean = LeanGet.for_client(client)
+        assert lean is not None
+        try:
+            await lean.get("k0")  # connected
+            slow = asyncio.ensure_future(lean.get("k0"))
+            await asyncio.sleep(0)  # sent ...
+            slow.cancel()  # ... and given up: its reply still arrives and must not go to the next caller
+            values = await asyncio.gather(*(lean.get(f"k{i}") for i in range(1, 200)), lean.get("missing"))
+            assert values == [f"v{i}".encode() for i in range(1, 200)] + [None]
+            with pytest.raises(ResponseError):
+                await lean.get("a-list")
+            assert await lean.get("k7") == b"v7"
+            sync.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")  # drop the connection
+            await asyncio.sleep(0.05)
+            assert await lean.get("k8") == b"v8"  # the loss was noticed and the next GET reconnects
+        finally:
+            lean.close()
+            await client.aclose()
+
+    asyncio.run(main())
+    sync.close()
+
+
+def test_tls_clients_keep_redis_py() -> None:
+    assert LeanGet.for_client(aioredis.Redis.from_url("rediss://127.0.0.1:1")) is None
