@@ -212,6 +212,9 @@ async def _relay_stream(
                 request[STATUS] = str(err.status)
                 await out.close(sse_event(err.body()))
                 await response.write_eof()
+                # The stream ended before its usage chunk: charge the tenant's TPM an estimate, or a tenant
+                # could generate without limit through streams that are cut.
+                await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
                 return response
             assembler.finish()
             await out.close(DONE_EVENT)
@@ -230,6 +233,13 @@ async def _relay_stream(
             gw.metrics.tpot.labels(route.name).observe((time.perf_counter() - ctx.started - ttft) / (n_out - 1))
     await gw.account(ctx, name, completion.get("usage"))
     return response
+
+
+def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
+    """Prompt and completion tokens of a stream without usage: ~4 bytes of prompt JSON per token, one token
+    per content chunk."""
+    prompt = ctx.forward_body.get("messages") or ctx.forward_body.get("prompt") or ""
+    return len(orjson.dumps(prompt)) // 4 + chunks
 
 
 async def embeddings(request: web.Request) -> web.Response:

@@ -119,3 +119,18 @@ def test_a_primary_that_refuses_our_credentials_falls_back(fake_openai, fast, se
     up_fake.fail_next(1, 403)
     r = httpx.post(srv.url + CHAT, json={"model": "slow-model", "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_auth_error"  # no fallback there
+
+
+def test_a_stream_cut_before_its_usage_is_still_charged_to_the_tenant(fake_openai, serve_gateway, redis_url) -> None:
+    up_fake, up = fake_openai
+    srv = serve_gateway(policy(up.url, up.url) + "\ntenants:\n  - {name: t, api_keys: [k], limits: {tpm: 40}}\n")
+    up_fake.reply = " ".join(f"word{i}" for i in range(60))
+    up_fake.cut_after = 50  # the upstream drops the connection before the last chunks and the usage
+    headers = {"Authorization": "Bearer k"}
+    body = {"model": "fast-model", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    with httpx.stream("POST", srv.url + CHAT, json=body, headers=headers, timeout=30) as r:
+        events = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert '"error"' in events[-1]
+    up_fake.cut_after = None
+    r = httpx.post(srv.url + CHAT, json={**body, "stream": False}, headers=headers, timeout=30)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limit_exceeded"  # the estimate counted
