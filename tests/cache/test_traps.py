@@ -1,0 +1,94 @@
+"""The semantic layer's decision at the route default (threshold and verifier), with the real MiniLM embedder:
+the wrong answers of issue 8 are never served, one trap of each family is turned down, and real rewordings and
+near-repeats are served. Each pair goes through the gateway's path: near-repeat form, embedding, threshold,
+verifier (gateway/cache/calibrate.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.cache.calibrate import LabelledPair, score, similarities
+from gateway.cache.config import SemanticConfig
+from gateway.cache.embedder import MiniLMEmbedder
+from gateway.cache.keys import semantic_text
+
+DEFAULT = SemanticConfig().threshold
+
+
+def served(embedder: MiniLMEmbedder, cached: str, new: str) -> tuple[bool, float, str | None]:
+    (result,) = score([LabelledPair(cached, new, True)], similarities([LabelledPair(cached, new, True)], embedder))
+    return result.verified and result.similarity >= DEFAULT, result.similarity, result.reason
+
+
+HASH_A = "".join("0123456789abcdef"[(i * 7 + 3) % 16] for i in range(300))
+HASH_B = HASH_A[:150] + "".join("0123456789abcdef"[(i * 5 + 1) % 16] for i in range(150))
+
+
+@pytest.mark.parametrize(("cached", "new"), [
+    ("Is 5 greater than 3?", "Is 3 greater than 5?"),  # numbers in order, not as a set
+    (f"What does this token mean: {HASH_A}", f"What does this token mean: {HASH_B}"),  # both one [UNK]
+    (f"Open https://example.com/{HASH_A[180:]}", f"Open https://example.com/{HASH_B[180:]}"),
+])
+def test_the_wrong_answers_of_the_issue_are_never_served(embedder: MiniLMEmbedder, cached: str, new: str) -> None:
+    ok, similarity, reason = served(embedder, cached, new)
+    assert similarity >= DEFAULT  # cosine alone would serve them
+    assert not ok and reason is not None
+
+
+@pytest.mark.parametrize(("cached", "new", "reason"), [
+    # negation and antonyms
+    ("Is it safe to drink tap water in Mexico?", "Is it not safe to drink tap water in Mexico?", "negation"),
+    ("Can I return an opened item?", "Can I return an unopened item?", "negation"),
+    ("How do I turn on dark mode?", "How do I disable dark mode?", "antonym"),
+    ("孩子可以喝茶吗？", "孩子不可以喝茶吗？", "negation"),
+    # swapped entities or direction
+    ("Convert 100 USD to EUR", "Convert 100 EUR to USD", "number"),  # the amount's unit changed
+    ("How do I export contacts from Gmail to Outlook?", "How do I export contacts from Outlook to Gmail?", "order"),
+    ("Is Python faster than Java?", "Is Java faster than Python?", "order"),
+    ("从上海到苏州坐高铁多长时间？", "从苏州到上海坐高铁多长时间？", "order"),
+    # numbers, dates, comparatives
+    ("Can I return an item after 30 days?", "Can I return an item after 60 days?", "number"),
+    ("What's the weather in Madrid tomorrow?", "What's the weather in Madrid today?", "date"),
+    ("Is the museum free for people older than 65?", "Is the museum free for people younger than 65?", "antonym"),
+    ("给我3个学习建议。", "给我5个学习建议。", "number"),
+    # scope qualifiers
+    ("How much does domestic shipping cost?", "How much does international shipping cost?", "scope"),
+    ("What are the benefits for full-time employees?", "What are the benefits for part-time employees?", "scope"),
+    ("How much maternity leave do I get?", "How much paternity leave do I get?", "content"),
+    ("Which planet is the closest to the Sun?", "Which planet is the farthest from the Sun?", "scope"),
+])
+def test_one_trap_of_each_family_is_turned_down(embedder: MiniLMEmbedder, cached: str, new: str,
+                                                 reason: str) -> None:
+    ok, _similarity, got = served(embedder, cached, new)
+    assert not ok
+    assert got == reason
+
+
+@pytest.mark.parametrize(("cached", "new"), [
+    # near-repeats: case, punctuation, spacing, full-width forms, politeness, typos
+    ("What is the capital of France?", "What is the capital of France"),
+    ("What is the capital of France?", "what is the capital of france"),
+    ("How do I reset my password?", "  How do I   reset my password?? "),
+    ("How do I reset my password?", "Ｈｏｗ ｄｏ Ｉ ｒｅｓｅｔ ｍｙ ｐａｓｓｗｏｒｄ？"),
+    ("How do I reset my password?", "Hi, please tell me: how do I reset my password? Thanks!"),
+    ("When does the semester start?", "When does the semster start?"),
+    ("Can I get a receipt for my order?", "Can I get a reciept for my order?"),
+    ("请问北京今天天气怎么样？", "北京今天天气怎么样"),
+    # rewordings
+    ("How can I improve my writing skills?", "How do I get better at writing?"),
+    ("What is machine learning?", "Can you tell me what machine learning is?"),
+    ("How do I undo my last commit?", "How can I undo the last git commit?"),
+])
+def test_rewordings_and_near_repeats_are_served(embedder: MiniLMEmbedder, cached: str, new: str) -> None:
+    ok, similarity, reason = served(embedder, cached, new)
+    assert ok, (similarity, reason)
+
+
+def test_near_repeat_form_never_touches_the_exact_key() -> None:
+    from gateway.cache.keys import exact_key
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    other = {"model": "m", "messages": [{"role": "user", "content": "What is the capital of France"}]}
+    assert exact_key("t", 0, "m", "1", "chat.completions", body) != \
+        exact_key("t", 0, "m", "1", "chat.completions", other)
+    assert semantic_text("What is the capital of France?") == semantic_text("What is the capital of France")
