@@ -31,6 +31,7 @@ from gateway.cache.exact import ExactCache, Stored
 from gateway.cache.judge import Judge, JudgeMetrics, VerdictCache
 from gateway.cache.keys import SemanticQuery, exact_key, is_deterministic, namespace_id, semantic_query
 from gateway.cache.semantic import SemanticCache, entry_id
+from gateway.cache.verifier import REASONS as VERIFIER_REASONS
 from gateway.cache.window import MAX_CHARS, last_message_chars
 from gateway.cache.worker import SemanticWorker
 from gateway.errors import GatewayError, bad_request
@@ -99,6 +100,8 @@ class CacheStage:
             "gateway_cache_verifier_rejections", "Semantic candidates turned down by the verifier", ["reason"],
             registry=r,
         )
+        for reason in VERIFIER_REASONS:  # every reason's series exists at 0 before its first rejection
+            self._rejections.labels(reason)
         self._entries = Gauge("gateway_cache_semantic_entries", "Semantic entries indexed in this process",
                               registry=r)
         self._entries.set_function(lambda: len(self.worker.indexes))
