@@ -119,7 +119,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "scope"
     if _opposed(a.polar, b.polar, strong_only=not close):
         return "antonym"
-    if _swapped(a, b, overlap >= ORDER_OVERLAP):
+    if _swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -264,6 +264,84 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
             if close and "than" in between_a and "than" in between_b:
                 return True
     return False
+
+
+# Words left out of the order sequence (articles, politeness) and forms read as one (case of a pronoun,
+# person of an auxiliary): "does my employer owe me" and "do I owe my employer" are then one bag of words.
+_ORDER_DROP = frozenset({"a", "an", "the", "please", "pls", "kindly"})
+_ORDER_CANON = {"me": "i", "us": "we", "him": "he", "her": "she", "them": "they", "does": "do", "did": "do",
+                "is": "be", "are": "be", "am": "be", "was": "be", "were": "be", "has": "have", "had": "have"}
+# Joints between two terms that ask the same whatever their order: "X and Y", "X or Y", "X vs Y", 和/与/或.
+# A copula alone joins them too: 什么是X / X是什么, "X is Y" asked either way round.
+_ORDER_SYMMETRIC = lx.EN_SYMMETRIC | frozenset("和与跟同或及、是") | frozenset({"还是", "以及", "或者", "be"})
+# A question word moved to the front or back is wording, not an exchanged party: 什么是黑洞 / 黑洞是什么.
+_QUESTION_WORDS = frozenset({"what", "whats", "who", "whom", "which", "where", "when", "how", "why", "什", "么",
+                             "谁", "哪", "几", "怎", "样", "如", "何"})
+_ORDER_MAX_TERM = 4  # tokens (words or CJK characters) in one exchanged term: a noun phrase, not a clause
+_RELAXED_MAX_TERM = 3  # shorter still when the middle was reworded: a party (房东, "the tenant"), not a clause
+
+
+def _order_seq(tokens: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_ORDER_CANON.get(t, _stem(t) if t.isalpha() and t.isascii() else t)
+                 for t in tokens if t not in _ORDER_DROP)
+
+
+def _permuted(a: Facts, b: Facts) -> bool:
+    """Two terms exchanged around a relation that is not symmetric, in texts that are otherwise the same
+    words: "Can a landlord evict a tenant?" / "Can a tenant evict a landlord?", "does my employer owe me" /
+    "do I owe my employer", 房东可以赶走租客吗 / 租客可以赶走房东吗. The general form of a role or direction
+    swap: after the shared start and end, one text reads X M Y and the other Y M X. A move of one phrase to
+    the front or back (X Y / Y X, nothing between: "On Windows, install Python" / "install Python on
+    Windows") and joints such as "and", "or", "vs", 和 are wording. When the middle was reworded too
+    (房东提前收回房子要赔租客 / 租客提前退租要赔房东), short terms at both ends exchanged around middles that
+    share most of their words still count."""
+    sa, sb = _order_seq(a.tokens), _order_seq(b.tokens)
+    if sa == sb or not sa or not sb:
+        return False
+    start = 0
+    while start < min(len(sa), len(sb)) and sa[start] == sb[start]:
+        start += 1
+    end = 0
+    while end < min(len(sa), len(sb)) - start and sa[-1 - end] == sb[-1 - end]:
+        end += 1
+    ma, mb = sa[start:len(sa) - end], sb[start:len(sb) - end]
+    same_bag = Counter(ma) == Counter(mb)
+    for i in range(1, min(_ORDER_MAX_TERM, len(ma)) + 1):
+        x = ma[:i]
+        if mb[len(mb) - i:] != x or not _term(x):
+            continue
+        for j in range(1, min(_ORDER_MAX_TERM, len(ma) - i - 1) + 1):
+            y = ma[len(ma) - j:]
+            if mb[:j] != y or x == y or not _term(y):
+                continue
+            mid_a, mid_b = ma[i:len(ma) - j], mb[j:len(mb) - i]
+            if not mid_a or not mid_b or _symmetric(mid_a) or _symmetric(mid_b):
+                continue
+            if same_bag:
+                if mid_a == mid_b:
+                    return True
+                continue  # the same words moved around more than once: "Tea or coffee, which ..." / "Which ..., coffee or tea"
+            if i > _RELAXED_MAX_TERM or j > _RELAXED_MAX_TERM:
+                continue
+            shared = sum((Counter(mid_a) & Counter(mid_b)).values())
+            if shared * 2 >= max(len(mid_a), len(mid_b)) and shared >= 2:
+                return True
+    return False
+
+
+def _term(tokens: tuple[str, ...]) -> bool:
+    """A term that can take a role: at least one word that is not a function word, or a CJK word."""
+    if any(t in _QUESTION_WORDS for t in tokens):
+        return False
+    return any(t in _PERSONS or (t not in _FUNCTION and t not in lx.EN_DIRECTIONAL and t not in _ORDER_SYMMETRIC)
+               for t in tokens)
+
+
+_PERSONS = frozenset({"i", "we", "you", "he", "she", "they"})  # the parties of "I owe him" / "he owes me"
+
+
+def _symmetric(middle: tuple[str, ...]) -> bool:
+    return all(t in _ORDER_SYMMETRIC for t in middle)
 
 
 def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, int], pos_b: dict[str, int],

@@ -92,3 +92,52 @@ def test_near_repeat_form_never_touches_the_exact_key() -> None:
     assert exact_key("t", 0, "m", "1", "chat.completions", body) != \
         exact_key("t", 0, "m", "1", "chat.completions", other)
     assert semantic_text("What is the capital of France?") == semantic_text("What is the capital of France")
+
+
+@pytest.mark.parametrize(("cached", "new"), [
+    # roles exchanged around a verb, no direction word to hint at it
+    ("Can a landlord evict a tenant?", "Can a tenant evict a landlord?"),
+    ("Can the employee sue the employer?", "Can the employer sue the employee?"),
+    ("Does the parent company own the subsidiary?", "Does the subsidiary own the parent company?"),
+    ("Does Alice owe Bob money?", "Does Bob owe Alice money?"),
+    ("Does my employer owe me overtime?", "Do I owe my employer overtime?"),  # pronoun case and person read as one
+    # direction and comparison, multi-word terms
+    ("flights from new york to london", "flights from london to new york"),
+    ("Did World War I start before the Russian Revolution?", "Did the Russian Revolution start before World War I?"),
+    ("Is an elephant bigger than a whale?", "Is a whale bigger than an elephant?"),
+    ("how to switch from android to iphone", "how to switch from iphone to android"),
+    # Chinese: parties around a verb, 比 / 给 / 从...到
+    ("房东可以赶走租客吗", "租客可以赶走房东吗"),
+    ("老板欠员工工资怎么办", "员工欠老板工资怎么办"),
+    ("猫比狗聪明吗", "狗比猫聪明吗"),
+    ("妈妈给女儿的钱要交税吗", "女儿给妈妈的钱要交税吗"),
+    # exchanged parties around a middle that was reworded too
+    ("房东提前收回房子要赔租客钱吗？", "租客提前退租要赔房东钱吗？"),
+])
+def test_terms_exchanged_around_a_relation_are_turned_down(cached: str, new: str) -> None:
+    from gateway.cache.verifier import verify
+
+    verdict = verify(cached, new)
+    assert not verdict.ok
+    assert verdict.reason == "order"
+
+
+@pytest.mark.parametrize(("cached", "new"), [
+    # symmetric joints: the question is the same whatever the order
+    ("What's the difference between Python and Java?", "What's the difference between Java and Python?"),
+    ("Should I learn Python or Java?", "Should I learn Java or Python?"),
+    ("What are the pros and cons of renting vs buying?", "What are the pros and cons of buying vs renting?"),
+    ("Tea or coffee, which has more caffeine?", "Which has more caffeine, coffee or tea?"),
+    ("苹果和香蕉哪个热量高", "香蕉和苹果哪个热量高"),
+    # one phrase moved to the front or back, each term keeping its own preposition
+    ("How do I fly to Paris from London?", "How do I fly from London to Paris?"),
+    ("In Python, how do I reverse a list?", "How do I reverse a list in Python?"),
+    ("For a soft yolk, how long do I boil an egg?", "How long do I boil an egg for a soft yolk?"),
+    ("今天上海天气怎么样", "上海今天天气怎么样"),
+    ("红烧肉怎么做", "怎么做红烧肉"),
+])
+def test_reordering_that_keeps_the_meaning_passes_the_verifier(cached: str, new: str) -> None:
+    from gateway.cache.verifier import verify
+
+    verdict = verify(cached, new)
+    assert verdict.ok, verdict.reason
