@@ -418,3 +418,71 @@ ZH_NEUTRAL = tuple(sorted((
     "简单", "详细", "具体", "有", "做", "要", "应该", "需要", "得", "地", "我", "你", "在", "会", "能",
     "一个", "哪里", "哪儿", "为什么", "为何", "方法", "步骤", "办法", "吗？", "给我", "列出", "推荐",
 ), key=len, reverse=True))
+
+# Named things of one class, any one of which can stand in a question where another stood ("read a file in
+# python" / "... in java", "pay with visa" / "... mastercard", 北京 / 上海). Users type them lower-case, so
+# capitalisation cannot find them; a text naming one member that the other text lacks while the other names
+# a different member of the same class asks about another thing, however the rest was reworded. Each entry is
+# one thing: its spellings separated by "|" (the first is its id). Words with a common other sense ("go",
+# "rust", "swift", "apple", "pound", "edge", "word", "node", "teams") are left out or spelt in full.
+ENTITY_CLASSES: dict[str, tuple[str, ...]] = {
+    "language": (
+        "python|py", "java", "javascript|js", "typescript|ts", "golang", "c++|cpp", "c#|csharp", "ruby",
+        "php", "kotlin", "scala", "perl", "haskell", "elixir", "erlang", "lua", "matlab", "fortran", "cobol",
+        "dart", "julia", "bash", "powershell", "objective-c", "clojure", "sql", "html", "css",
+    ),
+    "framework": (
+        "react|reactjs", "vue|vuejs", "angular", "svelte", "django", "flask", "fastapi", "rails", "laravel",
+        "nextjs|next.js", "pandas", "numpy", "pytorch", "tensorflow", "jquery",
+        "bootstrap", "tailwind", "nodejs|node.js", "deno", "excel", "powerpoint",
+        "mysql", "postgres|postgresql", "mongodb|mongo", "redis", "sqlite", "elasticsearch",
+    ),
+    "platform": (
+        "windows", "macos|mac|osx|mac os", "linux", "ubuntu", "debian", "fedora", "android|安卓",
+        "ios", "iphone|苹果手机", "ipad", "chromebook", "playstation|ps5|ps4", "xbox", "nintendo switch",
+        "kindle", "huawei|华为", "xiaomi|小米", "samsung|三星",
+    ),
+    "browser": ("chrome", "firefox", "safari", "microsoft edge", "opera gx"),
+    "app": (
+        "gmail", "outlook", "whatsapp", "telegram", "wechat|微信", "alipay|支付宝", "qq", "taobao|淘宝",
+        "zoom", "slack", "microsoft teams", "skype", "discord", "netflix", "spotify", "youtube", "instagram", "facebook",
+        "tiktok|抖音", "twitter", "linkedin", "dropbox", "icloud", "onedrive", "google drive", "github",
+        "gitlab", "bitbucket", "docker", "kubernetes|k8s", "aws", "azure", "gcp", "weibo|微博",
+    ),
+    "payment": (
+        "visa", "mastercard", "amex|american express", "paypal", "venmo", "apple pay", "google pay",
+        "bitcoin|btc", "ethereum|eth", "stripe", "zelle",
+    ),
+    "currency": (
+        "usd|dollar|dollars|美元", "eur|euro|euros|欧元", "gbp|sterling|英镑", "jpy|yen|日元",
+        "cny|rmb|yuan|人民币", "hkd|港币", "chf|swiss franc", "inr|rupee|rupees", "cad", "aud", "krw|won|韩元",
+    ),
+    "drug": (
+        "ibuprofen|advil|motrin|布洛芬", "paracetamol|acetaminophen|tylenol|扑热息痛|对乙酰氨基酚",
+        "aspirin|阿司匹林", "naproxen|aleve", "amoxicillin|阿莫西林", "metformin", "omeprazole",
+        "melatonin|褪黑素", "codeine", "prednisone", "loratadine|claritin", "cetirizine|zyrtec",
+    ),
+    "country": (
+        "usa|united states|america|美国", "uk|united kingdom|britain|england|英国", "canada|加拿大",
+        "mexico|墨西哥", "france|法国", "germany|德国", "spain|西班牙", "portugal|葡萄牙", "italy|意大利",
+        "netherlands|holland|荷兰", "belgium|比利时", "switzerland|瑞士", "austria|奥地利", "sweden|瑞典",
+        "norway|挪威", "denmark|丹麦", "finland|芬兰", "ireland|爱尔兰", "scotland", "poland|波兰",
+        "greece|希腊", "türkiye|土耳其", "russia|俄罗斯", "ukraine|乌克兰", "china|中国", "japan|日本",
+        "korea|south korea|韩国", "india|印度", "thailand|泰国", "vietnam|越南", "singapore|新加坡",
+        "malaysia|马来西亚", "indonesia|印尼|印度尼西亚", "philippines|菲律宾", "australia|澳大利亚|澳洲",
+        "new zealand|新西兰", "brazil|巴西", "argentina|阿根廷", "chile|智利", "peru|秘鲁", "colombia",
+        "egypt|埃及", "morocco|摩洛哥", "south africa|南非", "kenya", "nigeria", "israel|以色列",
+        "uae|dubai|迪拜|阿联酋", "saudi arabia|沙特", "iran|伊朗", "iraq|伊拉克", "pakistan|巴基斯坦",
+    ),
+    "city": (
+        "london|伦敦", "paris|巴黎", "berlin|柏林", "madrid|马德里", "rome|罗马", "amsterdam|阿姆斯特丹",
+        "brussels", "vienna|维也纳", "prague|布拉格", "munich|慕尼黑", "barcelona|巴塞罗那", "lisbon",
+        "dublin", "new york|nyc|纽约", "los angeles|洛杉矶", "san francisco|旧金山", "chicago|芝加哥",
+        "boston|波士顿", "seattle|西雅图", "toronto|多伦多", "vancouver|温哥华", "sydney|悉尼",
+        "melbourne|墨尔本", "tokyo|东京", "osaka|大阪", "kyoto|京都", "seoul|首尔", "bangkok|曼谷",
+        "beijing|北京", "shanghai|上海", "guangzhou|广州", "shenzhen|深圳", "hong kong|香港", "taipei|台北",
+        "hangzhou|杭州", "nanjing|南京", "suzhou|苏州", "chengdu|成都", "chongqing|重庆", "wuhan|武汉",
+        "xian|xi'an|西安", "tianjin|天津", "macau|macao|澳门", "moscow|莫斯科", "istanbul|伊斯坦布尔",
+        "mumbai", "delhi", "cairo", "mexico city", "edinburgh", "manchester",
+    ),
+}

@@ -80,6 +80,7 @@ class Facts:
     cjk_core: str  # Chinese text with the paraphrase-neutral words taken out, for the substitution check
     cjk_plain: str  # its characters before lexicon words were taken out, for the exchange check
     folded: str  # the whole text lower-cased, for quoted strings
+    named: frozenset[tuple[str, str]]  # (class, id) of the lexicon's named things: ("language", "python")
 
 
 def verify(query: str, candidate: str) -> Verdict:
@@ -132,6 +133,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
                 return edit
+    if _substituted_name(a.named, b.named):  # last: the checks above name the change more precisely
+        return "entity"
     return None
 
 
@@ -185,6 +188,13 @@ def _missing_entity(a: Facts, b: Facts) -> bool:
                 continue
         return True
     return False
+
+
+def _substituted_name(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]]) -> bool:
+    """Each text names a thing of one class that the other does not: python / java, visa / mastercard,
+    北京 / 上海. A thing one text adds ("in Python" / "in Python or Java") is wording or scope, not this."""
+    only_b = {cls for cls, _ in b - a}
+    return any(cls in only_b for cls, _ in a - b)
 
 
 def _overlap(a: Facts, b: Facts) -> float:
@@ -525,7 +535,29 @@ def facts(text: str) -> Facts:
         cjk_core=core,
         cjk_plain=plain,
         folded=text.casefold(),
+        named=_named(text),
     )
+
+
+def _named_pattern() -> tuple[re.Pattern[str], dict[str, tuple[str, str]]]:
+    """One alternation of every spelling in lx.ENTITY_CLASSES, longest first; Latin spellings only as whole
+    words ("js" not inside "json"), Chinese ones anywhere (no spaces to bound them)."""
+    ids: dict[str, tuple[str, str]] = {}
+    for cls, things in lx.ENTITY_CLASSES.items():
+        for thing in things:
+            spellings = thing.split("|")
+            for spelling in spellings:
+                ids[spelling] = (cls, spellings[0])
+    parts = [re.escape(w) if _CJK.match(w) else rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9+#])"
+             for w in sorted(ids, key=len, reverse=True)]
+    return re.compile("|".join(parts)), ids
+
+
+_NAMED, _NAMED_IDS = _named_pattern()
+
+
+def _named(text: str) -> frozenset[tuple[str, str]]:
+    return frozenset(_NAMED_IDS[m.group(0)] for m in _NAMED.finditer(text.casefold()))
 
 
 def _merge_tokens(words: tuple[str, ...] | list[str], starts: list[int], text: str) -> tuple[str, ...]:

@@ -141,3 +141,40 @@ def test_reordering_that_keeps_the_meaning_passes_the_verifier(cached: str, new:
 
     verdict = verify(cached, new)
     assert verdict.ok, verdict.reason
+
+
+@pytest.mark.parametrize(("cached", "new"), [
+    # one named thing for another of its class, typed lower-case and reworded around it
+    ("How do I build a REST API in python?", "REST API in golang, how to build one?"),
+    ("What does a python developer earn?", "salary of a java developer"),
+    ("Does visa work in japan?", "Does mastercard work in japan?"),
+    ("how to uninstall chrome on mac", "how do i remove firefox from my mac"),
+    ("Is tylenol safe with alcohol?", "is advil ok to take with alcohol"),
+    ("Is it safe to travel to egypt right now?", "is travelling to morocco safe at the moment"),
+    ("What's the time difference between London and New York?", "time difference london tokyo"),
+    ("去北京旅游要注意什么", "上海旅游有什么要注意的"),
+    ("用微信怎么付款", "怎么用支付宝付款"),
+    ("iphone怎么截图", "安卓手机怎么截屏"),
+])
+def test_a_named_thing_swapped_for_another_of_its_class_is_turned_down(cached: str, new: str) -> None:
+    from gateway.cache.verifier import verify
+
+    verdict = verify(cached, new)
+    assert not verdict.ok
+    assert verdict.reason in ("entity", "content")  # "content" where the rest of the text is the same
+
+
+@pytest.mark.parametrize(("cached", "new"), [
+    ("How do I convert USD to EUR?", "how do i change dollars into euros"),  # spellings of one thing
+    ("What's the capital of Canada?", "canada's capital city is?"),
+    ("Should I learn Python?", "Should I learn Python or Java?"),  # a thing added is not a substitution
+    ("How do I parse JSON in JS?", "how to parse json in javascript"),  # "js" read whole, not inside "json"
+    ("华为手机怎么截屏", "huawei 怎么截屏"),
+])
+def test_spellings_of_one_named_thing_are_not_a_substitution(cached: str, new: str) -> None:
+    from gateway.cache.normalize import semantic_form
+    from gateway.cache.verifier import facts
+
+    named_cached, named_new = facts(semantic_form(cached)).named, facts(semantic_form(new)).named
+    assert named_cached  # the lexicon finds the thing, lower-case or not
+    assert named_cached <= named_new  # and reads its spellings as one
