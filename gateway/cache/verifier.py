@@ -81,6 +81,7 @@ class Facts:
     cjk_plain: str  # its characters before lexicon words were taken out, for the exchange check
     folded: str  # the whole text lower-cased, for quoted strings
     named: frozenset[tuple[str, str]]  # (class, id) of the lexicon's named things: ("language", "python")
+    named_roles: tuple[tuple[str, str | None], ...]  # each named thing in order, with the word governing it
 
 
 def verify(query: str, candidate: str) -> Verdict:
@@ -120,7 +121,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "scope"
     if _opposed(a.polar, b.polar, strong_only=not close):
         return "antonym"
-    if _swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b):
+    if _swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _named_reversed(a.named_roles, b.named_roles):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -512,6 +513,7 @@ def _cjk_substituted(a: str, b: str) -> bool:
 def facts(text: str) -> Facts:
     """The answer-flipping facts of a text (in near-repeat form)."""
     opaque, entities = _tokens(text)
+    named_roles = _named(text)
     (negations, numbers, units, dates, en_entities, words, qualifiers, polar, words_at) = _english_facts(text)
     if _CJK.search(text):
         zneg, znum, zdates, zqual, zpolar, core = _chinese_facts(text)
@@ -535,7 +537,8 @@ def facts(text: str) -> Facts:
         cjk_core=core,
         cjk_plain=plain,
         folded=text.casefold(),
-        named=_named(text),
+        named=frozenset(named for named, _ in named_roles),
+        named_roles=tuple((thing, role) for (_, thing), role in named_roles),
     )
 
 
@@ -556,8 +559,47 @@ def _named_pattern() -> tuple[re.Pattern[str], dict[str, tuple[str, str]]]:
 _NAMED, _NAMED_IDS = _named_pattern()
 
 
-def _named(text: str) -> frozenset[tuple[str, str]]:
-    return frozenset(_NAMED_IDS[m.group(0)] for m in _NAMED.finditer(text.casefold()))
+_ZH_DIRECTIONAL = frozenset("从到往向比给兑换至对")
+_LATIN_WORD = re.compile(r"[a-z]+")
+
+
+def _named(text: str) -> list[tuple[tuple[str, str], str | None]]:
+    """The named things of a text in order, each with the direction word that governs it: the nearest of
+    lx.EN_DIRECTIONAL among the three words before it ("from", "to", "than"), or the relation character
+    right before a Chinese name (从/到/比/给/兑/换)."""
+    folded = text.casefold()
+    found = []
+    for m in _NAMED.finditer(folded):
+        before = folded[:m.start()].rstrip()
+        role = None
+        if before and before[-1] in _ZH_DIRECTIONAL:
+            role = before[-1]
+        else:
+            for word in reversed(_LATIN_WORD.findall(before[-40:])[-3:]):
+                if word in lx.EN_DIRECTIONAL:
+                    role = word
+                    break
+        found.append((_NAMED_IDS[m.group(0)], role))
+    return found
+
+
+def _named_reversed(a: tuple[tuple[str, str | None], ...], b: tuple[tuple[str, str | None], ...]) -> bool:
+    """Two named things both texts mention once, in opposite orders, where the direction word of one now
+    governs the other, however the rest was reworded: "from Boston to NYC" / "driving time NYC to Boston",
+    从北京到上海 / 上海到北京多远. Each keeping its own word ("to Paris from London") is wording."""
+    count_a = Counter(t for t, _ in a)
+    count_b = Counter(t for t, _ in b)
+    role_b = {t: r for t, r in b if count_b[t] == 1}
+    order_b = [t for t, _ in b]
+    terms = [(t, r) for t, r in a if count_a[t] == 1 and t in role_b]
+    for i, (x, rx) in enumerate(terms):
+        for y, ry in terms[i + 1:]:
+            if order_b.index(x) < order_b.index(y):
+                continue
+            if (rx is not None and rx == role_b[y] and rx != role_b[x]) or \
+                    (ry is not None and ry == role_b[x] and ry != role_b[y]):
+                return True
+    return False
 
 
 def _merge_tokens(words: tuple[str, ...] | list[str], starts: list[int], text: str) -> tuple[str, ...]:

@@ -123,6 +123,21 @@ def test_terms_exchanged_around_a_relation_are_turned_down(cached: str, new: str
 
 
 @pytest.mark.parametrize(("cached", "new"), [
+    # named things reversed around a direction word in reworded texts
+    ("How long does it take to drive from Boston to NYC?", "driving time NYC to Boston"),
+    ("How do I move photos from google photos to icloud?", "Moving photos from icloud to google photos - how?"),
+    ("从北京到上海多远", "上海到北京有多远"),
+])
+def test_named_things_reversed_around_a_direction_in_reworded_texts_are_turned_down(cached: str,
+                                                                                    new: str) -> None:
+    from gateway.cache.verifier import verify
+
+    verdict = verify(cached, new)
+    assert not verdict.ok
+    assert verdict.reason == "order"
+
+
+@pytest.mark.parametrize(("cached", "new"), [
     # symmetric joints: the question is the same whatever the order
     ("What's the difference between Python and Java?", "What's the difference between Java and Python?"),
     ("Should I learn Python or Java?", "Should I learn Java or Python?"),
@@ -133,6 +148,8 @@ def test_terms_exchanged_around_a_relation_are_turned_down(cached: str, new: str
     ("How do I fly to Paris from London?", "How do I fly from London to Paris?"),
     ("In Python, how do I reverse a list?", "How do I reverse a list in Python?"),
     ("For a soft yolk, how long do I boil an egg?", "How long do I boil an egg for a soft yolk?"),
+    ("How do I fly to Paris from London?", "What's the way to get from London to Paris by plane?"),
+    ("北京飞上海要多久", "从北京到上海坐飞机多长时间"),
     ("今天上海天气怎么样", "上海今天天气怎么样"),
     ("红烧肉怎么做", "怎么做红烧肉"),
 ])
