@@ -13,6 +13,12 @@ an answer, and the pair passes only if both carry the same facts:
 - qualifiers (all/some/only, superlatives, full-time/part-time, annual/monthly, domestic/international, ...)
   on both sides; opposite sides of an axis (before/after, under/over, turn on/disable, buy/sell) never;
 - the order of two shared terms around a direction word (from A to B vs from B to A, X than Y);
+- two terms exchanged around any relation that is not symmetric in texts that are otherwise the same words
+  (a landlord evicts a tenant / a tenant evicts a landlord, 房东起诉租客 / 租客起诉房东); "and", "or", "vs",
+  和/与 and a phrase moved to the front are wording;
+- named things of one class (programming languages, platforms, apps, payment methods, currencies, drugs,
+  countries, cities; any case, EN and ZH spellings as one thing) swapped for another, or reversed around a
+  direction word, however the rest was reworded ("read a file in python" / "... in java", 北京 / 上海);
 - a content word swapped for another in otherwise equal texts (EN and ZH).
 
 Before comparing, a word of one text that is one typo away from a word of the other ("warrenty"/"warranty")
