@@ -154,7 +154,7 @@ def test_verdicts_are_per_scope(fake_openai, judge_fake, serve_gateway) -> None:
      "did you mean 'min_confidence'"),
     ("{backend: judge}", "routes[0].cache.semantic.judge.model", "required"),
     ("{backend: judge, model: m, threshold: 0.995}", "routes[0].cache.semantic.judge.threshold", "at most"),
-    ("{backend: judge, model: m, timeout_ms: 0}", "routes[0].cache.semantic.judge.timeout_ms", "milliseconds"),
+    ("{backend: judge, model: m, timeout_ms: 0}", "routes[0].cache.semantic.judge.timeout_ms", "must be in (0, 60000]"),
 ])
 def test_judge_settings_are_checked_by_policy_check(judge: str, path: str, message: str) -> None:
     with pytest.raises(PolicyError) as e:
