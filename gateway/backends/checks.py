@@ -8,6 +8,7 @@ Each function returns None when the object is fine, else what is wrong.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -65,45 +66,49 @@ def _choice_common(choice: Any) -> str | None:
     return None
 
 
+def _message_problem(message: Any) -> str | None:
+    if not isinstance(message, dict):
+        return "a choice's message is not an object"
+    if not _str_or_none(message.get("content")):
+        return "message.content is not a string"
+    if message.get("tool_calls") is not None and not isinstance(message["tool_calls"], list):
+        return "message.tool_calls is not an array"
+    return None
+
+
+def _choices_problem(body: dict, body_key: str, body_problem: Callable[[Any], str | None]) -> str | None:
+    """The part a stream chunk and a whole completion share: each choice, then usage. `body_key` names
+    the chat part of a choice ("delta" in a chunk, "message" in a completion); a choice without it is
+    the legacy `text_completion` form, whose `text` must be a string."""
+    for choice in body["choices"]:
+        problem = _choice_common(choice)
+        if problem:
+            return problem
+        if choice.get(body_key) is not None:
+            problem = body_problem(choice[body_key])
+            if problem:
+                return problem
+        elif not _str_or_none(choice.get("text")):
+            return "a choice's text is not a string"
+    return usage_problem(body.get("usage"))
+
+
 def chunk_problem(chunk: dict) -> str | None:
     """A `chat.completion.chunk` or legacy `text_completion` stream chunk."""
     choices = chunk.get("choices")
-    if choices is not None:
-        if not isinstance(choices, list):
-            return "choices is not an array"
-        for choice in choices:
-            problem = _choice_common(choice)
-            if problem:
-                return problem
-            if "delta" in choice:
-                problem = _delta_problem(choice["delta"])
-                if problem:
-                    return problem
-            elif not _str_or_none(choice.get("text")):
-                return "a choice's text is not a string"
-    return usage_problem(chunk.get("usage"))
+    if choices is None:
+        # A usage-only chunk (stream_options.include_usage) may carry no choices at all.
+        return usage_problem(chunk.get("usage"))
+    if not isinstance(choices, list):
+        return "choices is not an array"
+    return _choices_problem(chunk, "delta", _delta_problem)
 
 
 def completion_problem(completion: dict) -> str | None:
     """A non-streamed `chat.completion` / `text_completion` body."""
-    choices = completion.get("choices")
-    if not isinstance(choices, list):
+    if not isinstance(completion.get("choices"), list):
         return "choices is missing or not an array"
-    for choice in choices:
-        problem = _choice_common(choice)
-        if problem:
-            return problem
-        message = choice.get("message")
-        if message is not None:
-            if not isinstance(message, dict):
-                return "a choice's message is not an object"
-            if not _str_or_none(message.get("content")):
-                return "message.content is not a string"
-            if message.get("tool_calls") is not None and not isinstance(message["tool_calls"], list):
-                return "message.tool_calls is not an array"
-        elif not _str_or_none(choice.get("text")):
-            return "a choice's text is not a string"
-    return usage_problem(completion.get("usage"))
+    return _choices_problem(completion, "message", _message_problem)
 
 
 def embeddings_problem(result: dict) -> str | None:
