@@ -240,19 +240,11 @@ def _opposed(a: frozenset[tuple[str, int]], b: frozenset[tuple[str, int]], stron
     return any((axis, -side) in only_b and (not strong_only or axis in lx.STRONG_AXES) for axis, side in a - b)
 
 
-def _role(words: tuple[str, ...], i: int) -> str | None:
-    """The direction word governing the term at i: the nearest one among the three words before it."""
-    for j in range(i - 1, max(-1, i - 4), -1):
-        if words[j] in lx.EN_DIRECTIONAL:
-            return words[j]
-    return None
-
-
 def _swapped(a: Facts, b: Facts, close: bool) -> bool:
     """Two terms that both texts contain once, in opposite orders: exchanged in otherwise equal texts, or
-    (in close texts) with a direction word governing them differently: "from London to Paris" / "from Paris
-    to London", "Is Python faster than Java" / "...Java ... Python". Reordering that keeps each term's
-    direction word ("to Paris from London") or joins them symmetrically ("X and Y", "X vs Y") is wording."""
+    exchanging the words that govern them (see _roles_exchanged), or (in close texts) compared with "than"
+    either way round. Reordering that keeps each term's own words ("to Paris from London" / "from London to
+    Paris") or joins them symmetrically ("X and Y", "X vs Y") is wording."""
     ta, tb = a.tokens, b.tokens
     if ta == tb:
         return False
@@ -268,19 +260,84 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
                 continue  # same order in both (terms are in a's order)
             between_a = ta[pos_a[x] + 1:pos_a[y]]
             between_b = tb[pos_b[y] + 1:pos_b[x]]
-            if all(w in lx.EN_SYMMETRIC for w in between_a) and all(w in lx.EN_SYMMETRIC for w in between_b):
+            if _joined(ta, pos_a[x], between_a) or _joined(tb, pos_b[y], between_b):
                 continue
-            roles_a = (_role(ta, pos_a[x]), _role(ta, pos_a[y]))
-            roles_b = (_role(tb, pos_b[x]), _role(tb, pos_b[y]))
             if _exchange(ta, pos_a[x], pos_a[y]) == tb:
-                return True
-            # the direction word of one term now governs the other: "from X to Y" / "to X from Y"
-            if close and ((roles_a[0] is not None and roles_a[0] == roles_b[1])
-                          or (roles_a[1] is not None and roles_a[1] == roles_b[0])):
                 return True
             if close and "than" in between_a and "than" in between_b:
                 return True
+    return _roles_exchanged(_order_seq(ta), _order_seq(tb), close)
+
+
+_ARTICLES = frozenset({"a", "an", "the"})
+# Verbs after which "with" is not a symmetric joint: "replace butter with oil" / "replace oil with butter".
+_REPLACING = frozenset({"replace", "replaced", "substitute", "swap", "exchange", "trade", "confuse", "mistake"})
+
+
+def _joined(tokens: tuple[str, ...], first: int, between: tuple[str, ...]) -> bool:
+    """Whether two terms with `between` in between are joined symmetrically: "X and Y", "X or the Y",
+    "X vs Y", "X, Y". Articles alone separate two phrases ("Is a square a rectangle"); "with" after a verb
+    of replacing is a direction."""
+    if not between:
+        return True
+    if not all(w in lx.EN_SYMMETRIC for w in between) or all(w in _ARTICLES for w in between):
+        return False
+    return "with" not in between or not _REPLACING.intersection(tokens[max(0, first - 3):first])
+
+
+# Words skipped when reading what governs a term: articles and possessive determiners ("the", "my").
+_CONTEXT_SKIP = _ARTICLES | frozenset({"my", "your", "our", "their", "its", "his", "this", "that", "some", "any"})
+# Direction words that, moved from one term to the other, change the question even between rewordings.
+_ROLE_WORDS = frozenset({"from", "to", "into", "than", "onto", "towards", "toward", "before", "after", "above",
+                         "below", "over", "under", "against", "instead", "->", "=>"})
+
+
+def _context(seq: tuple[str, ...], i: int, step: int, other: str) -> str:
+    """The word governing seq[i] from one side (step -1: before, +1: after), skipping articles and
+    possessive determiners; the other term of the pair reads "#", the ends "^"."""
+    j = i + step
+    while 0 <= j < len(seq) and seq[j] in _CONTEXT_SKIP:
+        j += step
+    if not 0 <= j < len(seq):
+        return "^"
+    return "#" if seq[j] == other else seq[j]
+
+
+def _roles_exchanged(sa: tuple[str, ...], sb: tuple[str, ...], close: bool) -> bool:
+    """Two terms that exchanged the words around them: each now stands where the other stood, with the
+    other's verb, preposition or auxiliary before (or after) it, however the rest was reworded: "Does
+    vinegar dissolve baking soda" / "Does baking soda dissolve vinegar", "Can a dog eat cat food" / "Can a
+    cat eat dog food", "Is a square a rectangle" / "Is a rectangle a square", "my sister owes me" / "I owe
+    my sister". In close texts, a direction word (from, to, than, before ...) that moved from one term to
+    the other is enough: "flights Madrid to Rome" / "from Rome to Madrid". Fronting a phrase keeps each
+    term's own words and is wording."""
+    if sa == sb:
+        return False
+    count_a, count_b = Counter(sa), Counter(sb)
+    pos_b = {w: i for i, w in enumerate(sb) if count_b[w] == 1}
+    found = [(w, i) for i, w in enumerate(sa) if count_a[w] == 1 and w in pos_b and _party(w)]
+    for n, (x, xa) in enumerate(found):
+        for y, ya in found[n + 1:]:
+            xb, yb = pos_b[x], pos_b[y]
+            if xb < yb:
+                continue
+            if _joined(sa, xa, sa[xa + 1:ya]) or _joined(sb, yb, sb[yb + 1:xb]):
+                continue
+            for step in (-1, 1):
+                ax, ay = _context(sa, xa, step, y), _context(sa, ya, step, x)
+                bx, by = _context(sb, xb, step, y), _context(sb, yb, step, x)
+                if ax != ay and ax == by and ay == bx:
+                    return True
+                if close and step == -1 and ((ax in _ROLE_WORDS and ax == by and ax != bx)
+                                             or (ay in _ROLE_WORDS and ay == bx and ay != by)):
+                    return True
     return False
+
+
+def _party(word: str) -> bool:
+    """A word that can fill a role: a content word or a person ("I owe my sister")."""
+    return word in _PERSONS or (word not in _FUNCTION and word not in _ROLE_WORDS and word not in _QUESTION_WORDS
+                                and not _CJK.match(word) and word not in lx.EN_SYMMETRIC)
 
 
 # Words left out of the order sequence (articles, politeness) and forms read as one (case of a pronoun,
@@ -408,8 +465,10 @@ def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str |
     spelling ("cats" / "cat", "colour" / "color"), are none of these."""
     if a == b:
         return None
-    stems_a = {_stem(w) for w in a}
-    stems_b = {_stem(w) for w in b}
+    # Counted, not as sets: a word replaced by one the text already has elsewhere is still a change ("the
+    # sender or the recipient ..., charged to the sender" / "... to the recipient").
+    stems_a = Counter(_stem(w) for w in a)
+    stems_b = Counter(_stem(w) for w in b)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
@@ -420,15 +479,16 @@ def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str |
             persons_b = {p for w in seg_b if (p := lx.EN_PERSON.get(w))}
             if persons_a and persons_b and persons_a != persons_b:
                 return "order"  # another party: "she sends me" / "I send her"
-        new_a = [w for w in seg_a if not _weak(w) and _stem(w) not in stems_b]
-        new_b = [w for w in seg_b if not _weak(w) and _stem(w) not in stems_a]
+        new_a = [w for w in seg_a if not _weak(w) and stems_a[_stem(w)] > stems_b[_stem(w)]]
+        new_b = [w for w in seg_b if not _weak(w) and stems_b[_stem(w)] > stems_a[_stem(w)]]
         if not new_a and not new_b:
             continue
         if _same_words(seg_a, seg_b):
             continue
         if new_a and new_b:
             tags = _polar(seg_a)
-            if not tags or tags != _polar(seg_b):  # "cheaper" / "less expensive" say the same
+            # "cheaper" / "less expensive" say the same; "father" / "son" (one side of an axis of kinds) do not
+            if not tags or tags != _polar(seg_b) or any(axis in _KIND_AXES for axis, _ in tags):
                 return "content"
         elif nearly_equal:
             return "scope"
@@ -439,16 +499,31 @@ _BRITISH = ((re.compile(r"our$|our(?=s$|ed$|ing$)"), "or"), (re.compile(r"is(e|e
             (re.compile(r"yse$"), "yze"), (re.compile(r"tre$"), "ter"), (re.compile(r"ogue$"), "og"))
 
 
-@lru_cache(maxsize=16384)
+# Axes whose words on one side are different things, not synonyms: father / son, upload / import.
+_KIND_AXES = frozenset({"sex", "gain", "flow", "plus", "left", "front", "top"})
+
+
+@lru_cache(maxsize=4096)
 def _stem(word: str) -> str:
-    """A crude common form: American spelling, no plural or third-person s ("colours" -> "color")."""
+    """A crude common form: American spelling, no plural or third-person s, no -ing / -ed, an adverb's -ly
+    off when the rest is a word ("colours" -> "color", "washing" -> "wash", "safely" -> "safe"), and a final
+    e off so that "make" and "making" meet. Only ever compared with another stem."""
     if len(word) >= 6:  # not "four" / "for", "hour" / "hor"
         for pattern, repl in _BRITISH:
             word = pattern.sub(repl, word)
     if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
         if word.endswith("ies"):
-            return word[:-3] + "y"
-        return word[:-2] if word.endswith("es") and word[-3] in "sxz" else word[:-1]
+            word = word[:-3] + "y"
+        else:
+            word = word[:-2] if word.endswith("es") and word[-3] in "sxz" else word[:-1]
+    elif len(word) >= 6 and word.endswith("ing") or len(word) >= 5 and word.endswith("ed") and word[-3] != "e":
+        word = word[:-3] if word.endswith("ing") else word[:-2]
+        if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in "lsfz":
+            word = word[:-1]  # running -> run, stopped -> stop; not fall, kiss
+    elif len(word) >= 6 and word.endswith("ly") and word[:-2] in known_words():
+        word = word[:-2]
+    if len(word) >= 4 and word.endswith("e"):
+        word = word[:-1]
     return word
 
 
