@@ -146,7 +146,7 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     method = "chat" if endpoint == "chat.completions" else "completions"
     completion, name = await gw.router.call(
         route, snap.backends, lambda b: getattr(b, method)(ctx.forward_body, route.timeouts),
-        kind=method, body=ctx.forward_body,
+        kind=method, body=ctx.forward_body, tenant=ctx.tenant.name,
     )
     for stage in stages:
         await stage.after(ctx, completion)
@@ -183,7 +183,7 @@ async def _relay_stream(
     method = "chat_stream" if ctx.endpoint == "chat.completions" else "completions_stream"
     first, stream, name = await gw.router.open_stream(
         route, snap.backends, lambda b: getattr(b, method)(body, route.timeouts),
-        kind="chat" if ctx.endpoint == "chat.completions" else "completion", body=body,
+        kind="chat" if ctx.endpoint == "chat.completions" else "completion", body=body, tenant=ctx.tenant.name,
     )
     ctx.response_headers["X-Backend"] = request[BACKEND] = name
     assembler = StreamAssembler()
@@ -245,7 +245,8 @@ def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
 async def embeddings(request: web.Request) -> web.Response:
     gw, snap, ctx = await prepare(request, "embeddings")
     route = ctx.route
-    result, name = await gw.router.call(route, snap.backends, lambda b: b.embeddings(ctx.forward_body, route.timeouts))
+    result, name = await gw.router.call(route, snap.backends, lambda b: b.embeddings(ctx.forward_body, route.timeouts),
+                                        tenant=ctx.tenant.name)
     await gw.account(ctx, name, result.get("usage"))
     request[BACKEND] = name
     return json_response(result, {"X-Backend": name})

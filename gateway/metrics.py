@@ -14,7 +14,9 @@ LOOKUP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.
 
 # Known label values, created at 0 before their first event: a counter that appears only at its first event
 # hides that event from rate() and increase(), and dashboards show "no data" instead of 0.
-UPSTREAM_ERROR_REASONS = ("connect", "timeout", "status_429", "status_4xx", "status_5xx", "protocol", "shed")
+UPSTREAM_ERROR_REASONS = (
+    "connect", "timeout", "status_429", "status_4xx", "status_5xx", "protocol", "shed", "tenant_share",
+)
 REDIS_COMPONENTS = ("limits", "cache", "cache_store", "cache_semantic", "context")
 RELOAD_RESULTS = ("ok", "error")
 # Upstream answers that are the client's own mistake (a bad parameter, a prompt too long): the request's 4xx,
@@ -70,6 +72,10 @@ class Metrics:
         self.rate_limited = Counter(
             "gateway_rate_limited", "Requests refused by tenant limits", ["tenant", "limit"], registry=r
         )
+        self.rate_limit_fallbacks = Counter(
+            "gateway_rate_limit_fallbacks", "Rate-limit decisions made by one process alone (Redis slow or down)",
+            ["result"], registry=r,
+        )
 
         # Children of the hottest label sets, resolved once: `labels()` costs a lock and a dict build per call.
         self.prompt_tokens = self.tokens.labels("prompt")
@@ -82,6 +88,8 @@ class Metrics:
             self.policy_reloads.labels(result)
         for component in REDIS_COMPONENTS:
             self.redis_errors.labels(component)
+        for result in ("admitted", "refused"):
+            self.rate_limit_fallbacks.labels(result)
         for name in policy.backends:
             self.backend_inflight.labels(name)
             self.backend_queued.labels(name)

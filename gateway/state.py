@@ -53,7 +53,7 @@ class Backends:
                 backend = build_backend(config, metrics)
                 await backend.start()
                 started.append(backend)
-                backends[name] = gate(backend, config.max_inflight, config.max_queued, metrics)
+                backends[name] = gate(backend, config.max_inflight, config.max_queued, metrics, config.tenant_share)
         except BaseException:
             for backend in started:
                 await backend.close()

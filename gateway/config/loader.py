@@ -41,7 +41,7 @@ LIMIT_KEYS = ("rpm", "tpm")
 BACKEND_TYPES = ("openai", "anthropic", "engine")
 BACKEND_KEYS = (
     "type", "base_url", "api_key", "model", "models", "replicas", "urls", "max_connections", "headers", "options",
-    "max_inflight", "max_queued",
+    "max_inflight", "max_queued", "tenant_share",
 )
 ENGINE_ONLY_KEYS = ("replicas", "urls")
 BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # appears in metric labels and X-Backend
@@ -273,7 +273,7 @@ def _backend(name: str, m: dict[str, Any], path: str, check: Checker) -> Backend
 
 
 def _caps(cfg: BackendConfig, m: dict[str, Any], path: str, check: Checker) -> None:
-    """max_inflight / max_queued. Engines are capped by default (per replica); 0 turns a cap off."""
+    """max_inflight / max_queued / tenant_share. Engines are capped by default (per replica); 0 turns a cap off."""
     from gateway.backends.admission import ENGINE_INFLIGHT_PER_REPLICA, ENGINE_QUEUED_PER_REPLICA
 
     replicas = len(cfg.urls) or cfg.replicas
@@ -285,6 +285,10 @@ def _caps(cfg: BackendConfig, m: dict[str, Any], path: str, check: Checker) -> N
     cfg.max_queued = queued or 0
     if "max_queued" in m and not cfg.max_inflight:
         check.error(join(path, "max_queued"), "max_queued needs max_inflight (the queue is for its slots)")
+    # The part of those slots and queue places one tenant may hold (1: no per-tenant cap).
+    cfg.tenant_share = check.get_number(m, "tenant_share", path, 1.0, minimum=0, exclusive=True, maximum=1) or 1.0
+    if "tenant_share" in m and not cfg.max_inflight:
+        check.error(join(path, "tenant_share"), "tenant_share needs max_inflight (it is a share of those slots)")
 
 
 def _check_engine_options(cfg: BackendConfig, check: Checker) -> None:

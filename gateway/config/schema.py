@@ -76,6 +76,7 @@ class BackendConfig:
     max_connections: int = 100
     max_inflight: int | None = None  # requests in flight at once (engine default: 64 per replica); None: no cap
     max_queued: int = 0  # requests waiting for a slot beyond max_inflight; more are shed (503 or fallback)
+    tenant_share: float = 1.0  # the part of those slots and queue places one tenant may hold; beyond it, 429
     headers: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # type-specific extras (engine args, anthropic_version)
 

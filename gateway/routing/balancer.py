@@ -14,10 +14,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from gateway.backends.admission import for_tenant
 from gateway.backends.base import Backend, BackendError, BackendPool
 from gateway.config.schema import Policy, Route
 from gateway.metrics import Metrics
 from gateway.routing.approx import HealthWatch, PoolRouter, PrefixMetrics, RouteTicket
+from gateway.routing.choice import ROUTE_STRATEGY
 
 T = TypeVar("T")
 
@@ -65,8 +67,9 @@ def waits_too_long(route: Route, retry_after: float | None, elapsed: float) -> b
 
 def next_backend_only(e: BackendError) -> bool:
     """Failures that no retry of the same backend can fix but another backend may: it shed the request (at
-    capacity), or it refused the gateway's own credentials. The route's other backends and fallbacks are tried."""
-    return e.reason == "shed" or e.status in (401, 403)
+    capacity, or the tenant holds its share of it), or it refused the gateway's own credentials. The route's
+    other backends and fallbacks are tried."""
+    return e.reason in ("shed", "tenant_share") or e.status in (401, 403)
 
 
 class Router:
@@ -150,90 +153,81 @@ class Router:
 
     async def call(
         self, route: Route, pool: BackendPool, op: Callable[[Backend], Awaitable[T]], *, kind: str = "chat",
-        body: dict | None = None,
+        body: dict | None = None, tenant: str | None = None,
     ) -> tuple[T, str]:
         """Run `op` on backends by the route's plan until one succeeds; returns (result, backend name).
-        `body` (with `kind`, chat or completion) is the request as forwarded, for prefix-aware routes."""
-        last: BackendError | None = None
-        skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
-        began = time.monotonic()
-        plan, prefix = self._plan(route, pool, kind, body)
-        for name, attempt in plan:
-            if name in skip:
-                continue
-            if last is not None and attempt > 0:
-                if waits_too_long(route, last.retry_after, time.monotonic() - began):
-                    continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
-                await asyncio.sleep(backoff_delay(route, attempt - 1, last.retry_after))
+        `body` (with `kind`, chat or completion) is the request as forwarded, for prefix-aware routes; `tenant`
+        counts the request against a backend's `tenant_share`."""
+
+        async def attempt(name: str, backend: Backend) -> T:
             self.inflight.enter(name)
             try:
-                result = await op(pool.get(name))
-            except BackendError as e:
-                e.backend = name  # outcomes are attributed to the backend that produced them
-                self._mark_down(prefix, name, e)
-                if next_backend_only(e):
-                    skip.add(name)
-                elif not e.retryable:
-                    raise
-                last = e
-                continue
+                return await op(backend)
             finally:
                 self.inflight.leave(name)
-            if prefix is not None and prefix[1] is not None:
-                prefix[0].answered(prefix[1], name, result.get("usage") if isinstance(result, dict) else None)
-            return result, name
-        assert last is not None
-        raise last
+
+        result, name, prefix = await self._by_plan(route, pool, kind, body, tenant, attempt)
+        if prefix is not None and prefix[1] is not None:
+            prefix[0].answered(prefix[1], name, result.get("usage") if isinstance(result, dict) else None)
+        return result, name
 
     async def open_stream(
         self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]], *, kind: str = "chat",
-        body: dict | None = None,
+        body: dict | None = None, tenant: str | None = None,
     ) -> tuple[dict, AsyncIterator[dict], str]:
         """Open a stream by the route's plan: retries and fallbacks apply until the first chunk arrives.
 
         Returns (first chunk, the rest of the iterator, backend name). The caller must `aclose()` the iterator
         and call `self.inflight.leave(name)` when done.
         """
+
+        async def attempt(name: str, backend: Backend) -> tuple[dict, AsyncIterator[dict]]:
+            stream = op(backend)
+            self.inflight.enter(name)
+            try:
+                return await anext(stream), stream
+            except BaseException as e:
+                self.inflight.leave(name)
+                await stream.aclose()  # type: ignore[attr-defined]
+                if isinstance(e, StopAsyncIteration):
+                    self.metrics.upstream_errors.labels(name, "protocol").inc()
+                    raise BackendError("protocol", f"backend {name} sent an empty stream", 502,
+                                       retryable=True) from None
+                raise
+
+        (first, stream), name, prefix = await self._by_plan(route, pool, kind, body, tenant, attempt)
+        if prefix is not None and prefix[1] is not None:
+            return first, _learn_from_usage(prefix[0], prefix[1], name, first, stream), name
+        return first, stream, name
+
+    async def _by_plan(
+        self, route: Route, pool: BackendPool, kind: str, body: dict | None, tenant: str | None,
+        attempt: Callable[[str, Backend], Awaitable[T]],
+    ) -> tuple[T, str, tuple[PoolRouter, RouteTicket | None] | None]:
+        """The one retry / shed / fallback loop: `attempt` each (backend, try) of the route's plan until one
+        succeeds; returns (its result, the backend's name, the prefix router with its ticket or None)."""
         last: BackendError | None = None
         skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
         began = time.monotonic()
         plan, prefix = self._plan(route, pool, kind, body)
-        for name, attempt in plan:
+        ROUTE_STRATEGY.set(route.strategy)  # an engine backend routes across its replicas by it (this task only)
+        for name, n in plan:
             if name in skip:
                 continue
-            if last is not None and attempt > 0:
+            if last is not None and n > 0:
                 if waits_too_long(route, last.retry_after, time.monotonic() - began):
                     continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
-                await asyncio.sleep(backoff_delay(route, attempt - 1, last.retry_after))
-            stream = op(pool.get(name))
-            self.inflight.enter(name)
+                await asyncio.sleep(backoff_delay(route, n - 1, last.retry_after))
             try:
-                first = await anext(stream)
-            except StopAsyncIteration:
-                self.inflight.leave(name)
-                await stream.aclose()  # type: ignore[attr-defined]
-                last = BackendError("protocol", f"backend {name} sent an empty stream", 502, retryable=True)
-                last.backend = name
-                self.metrics.upstream_errors.labels(name, "protocol").inc()
-                continue
+                return await attempt(name, for_tenant(pool.get(name), tenant)), name, prefix
             except BackendError as e:
                 e.backend = name  # outcomes are attributed to the backend that produced them
-                self.inflight.leave(name)
-                await stream.aclose()  # type: ignore[attr-defined]
                 self._mark_down(prefix, name, e)
                 if next_backend_only(e):
                     skip.add(name)
                 elif not e.retryable:
                     raise
                 last = e
-                continue
-            except BaseException:
-                self.inflight.leave(name)
-                await stream.aclose()  # type: ignore[attr-defined]
-                raise
-            if prefix is not None and prefix[1] is not None:
-                return first, _learn_from_usage(prefix[0], prefix[1], name, first, stream), name
-            return first, stream, name
         assert last is not None
         raise last
 

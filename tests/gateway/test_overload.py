@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import openai
 import pytest
 
+from gateway.backends.admission import Admission, TenantShareExceeded
+from gateway.backends.base import BackendError
 from gateway.config.loader import PolicyErrors, parse_policy
+from gateway.metrics import Metrics
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import ServerThread
 
@@ -134,3 +138,85 @@ def test_a_stream_cut_before_its_usage_is_still_charged_to_the_tenant(fake_opena
     up_fake.cut_after = None
     r = httpx.post(srv.url + CHAT, json={**body, "stream": False}, headers=headers, timeout=30)
     assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limit_exceeded"  # the estimate counted
+
+
+SHARED = """
+tenants:
+  - {name: a, api_keys: [key-a]}
+  - {name: b, api_keys: [key-b]}
+"""
+
+
+async def test_a_tenant_past_its_share_gets_429_while_another_still_gets_in(
+    fake_openai, fast, serve_gateway
+) -> None:
+    slow_fake, slow = fake_openai
+    slow_fake.delay_headers = 1.0
+    # A share of 0.5 of 2 slots and 2 queue places: one slot and one queue place per tenant.
+    srv = serve_gateway(policy(slow.url, fast[1].url).replace("max_queued: 2}", "max_queued: 2, tenant_share: 0.5}")
+                        + SHARED)
+
+    async def send(key: str, n: int, after: float = 0.0) -> list[object]:
+        await asyncio.sleep(after)
+        client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0)
+        try:
+            return await asyncio.gather(*(client.chat.completions.create(
+                model="slow-model", messages=[{"role": "user", "content": "hello"}]) for _ in range(n)),
+                return_exceptions=True)
+        finally:
+            await client.close()
+
+    hog, other = await asyncio.gather(send("key-a", 6), send("key-b", 2, after=0.2))
+    refused = [r for r in hog if isinstance(r, openai.RateLimitError)]
+    assert len(refused) == 4 and len(hog) == 6  # nothing lost: two answered, four refused
+    assert all(r.choices[0].message.content == "echo: hello" for r in hog if not isinstance(r, Exception))
+    for e in refused:
+        assert e.response.headers["retry-after"] == "1"
+        assert e.body["type"] == "requests" and e.body["code"] == "rate_limit_exceeded"
+    assert [r.choices[0].message.content for r in other] == ["echo: hello"] * 2  # type: ignore[union-attr]
+    assert slow_fake.request_count == 4
+    async with httpx.AsyncClient() as client:
+        metrics = (await client.get(srv.url + "/metrics")).text
+    assert 'gateway_upstream_errors_total{backend="slow",reason="tenant_share"} 4.0' in metrics
+    assert 'gateway_upstream_errors_total{backend="slow",reason="shed"} 0.0' in metrics
+
+
+async def test_a_queued_request_of_a_tenant_at_its_share_waits_for_its_own_tenant() -> None:
+    adm = Admission("b", 2, 2, Metrics(), tenant_share=0.5)
+    await adm.acquire(5, "a")
+    a2 = asyncio.create_task(adm.acquire(5, "a"))  # a holds its one slot: this waits although a slot is free
+    await asyncio.sleep(0)
+    assert not a2.done() and adm.inflight == 1
+    with pytest.raises(TenantShareExceeded) as e:
+        await adm.acquire(5, "a")  # a's slot and queue place are taken
+    assert e.value.status == 429 and e.value.retryable
+    await adm.acquire(5, "b")  # b takes the free slot at once, ahead of a's waiter
+    b2 = asyncio.create_task(adm.acquire(5, "b"))
+    await asyncio.sleep(0)
+    with pytest.raises(BackendError) as shed:
+        await adm.acquire(5, "c")  # within c's share, but the backend's queue is full
+    assert shed.value.reason == "shed" and shed.value.status == 503
+    adm.release("b")  # b's slot goes to b's waiter, the first that may run (a is still at its share)
+    await asyncio.sleep(0)
+    assert b2.done() and not a2.done()
+    adm.release("a")
+    await asyncio.sleep(0)
+    assert a2.done() and adm.inflight == 2 and adm.tenant_queued == {}
+    adm.release("a")
+    adm.release("b")
+    assert adm.inflight == 0 and adm.tenant_inflight == {}
+
+
+def test_tenant_share_policy_key() -> None:
+    base = "routes: [{match: {model: m}, backends: [b]}]\n"
+    p = parse_policy("backends: {b: {type: engine, model: smollm2-135m}}\n" + base)
+    assert p.backends["b"].tenant_share == 1.0  # default: no per-tenant cap
+    p = parse_policy("backends: {b: {type: engine, model: smollm2-135m, tenant_share: 0.25}}\n" + base)
+    assert p.backends["b"].tenant_share == 0.25
+    for value, path in (("0", "tenant_share"), ("1.5", "tenant_share"), ("half", "tenant_share")):
+        with pytest.raises(PolicyErrors) as e:
+            parse_policy(f"backends: {{b: {{type: engine, model: smollm2-135m, tenant_share: {value}}}}}\n" + base)
+        assert e.value.errors[0].path == "backends.b." + path
+    with pytest.raises(PolicyErrors) as e:
+        parse_policy("backends: {b: {type: openai, base_url: 'http://x/v1', tenant_share: 0.5}}\n" + base)
+    assert e.value.errors[0].path == "backends.b.tenant_share" and "max_inflight" in e.value.errors[0].message
