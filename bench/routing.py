@@ -107,19 +107,25 @@ async def wait_healthy(urls: list[str], limit_s: float = 300) -> None:
                 await asyncio.sleep(0.5)
 
 
-async def engine_stats(urls: list[str]) -> list[tuple[float, float]]:
-    """(requests, prompt tokens) per replica from its own /metrics."""
+async def engine_stats(urls: list[str]) -> list[dict[str, float]]:
+    """Per replica, from its own /metrics: requests, prompt tokens, prefix-cache hits, preemptions, KV blocks."""
+    wanted = {"engine_ttft_seconds_count": "requests", "engine_prompt_tokens_total": "prompt",
+              "engine_prefix_cache_hits_total": "hits", "engine_preemptions_total": "preemptions",
+              "engine_kv_cache_total_blocks": "blocks"}
     out = []
     async with aiohttp.ClientSession() as s:
         for u in urls:
             async with s.get(u + "/metrics") as r:
                 text = await r.text()
-            values = {}
+            values: dict[str, float] = dict.fromkeys(wanted.values(), 0.0)
             for line in text.splitlines():
-                if line.startswith(("engine_prompt_tokens_total", "engine_ttft_seconds_count")):
-                    name, value = line.rsplit(" ", 1)
-                    values[name.split("{")[0]] = values.get(name.split("{")[0], 0.0) + float(value)
-            out.append((values.get("engine_ttft_seconds_count", 0.0), values.get("engine_prompt_tokens_total", 0.0)))
+                if line.startswith("#") or " " not in line:
+                    continue
+                name, value = line.rsplit(" ", 1)
+                key = wanted.get(name.split("{")[0])
+                if key:
+                    values[key] += float(value)
+            out.append(values)
     return out
 
 
@@ -135,21 +141,21 @@ def summarise(strategy: str, records: list[dict], seconds: float) -> dict:
             "share": (prompt - cached) / max(prompt, 1), "seconds": seconds, "per_backend": per_backend}
 
 
-async def run_strategy(args: argparse.Namespace, strategy: str, tmp: str) -> dict:
+async def run_strategy(args: argparse.Namespace, strategy: str, concurrency: int, tmp: str) -> dict:
     procs: list[subprocess.Popen] = []
     servers: list[ServerThread] = []
     try:
         if args.fleet == "engine":
             procs, urls = spawn_engines(3, args.kv_cache, args.engine_threads)
             await wait_healthy(urls)
-            model, workload, max_tokens = ENGINE_MODEL, {"users": 12, "prompts": 4, "turns": 4, "concurrency": 4,
+            model, workload, max_tokens = ENGINE_MODEL, {"users": 12, "prompts": 4, "turns": 4, "concurrency": concurrency,
                                                          "system_words": args.system_words, "user_words": 20}, 16
             extra = f", options: {{load_weight: {args.load_weight}}}" if args.load_weight is not None else ""
         else:
             fakes = [PrefixCacheServer(args.capacity, prefill_s_per_token=0.00005) for _ in range(4)]
             servers = [ServerThread(lambda f=f: f.app).start() for f in fakes]
             urls = [s.url for s in servers]
-            model, workload, max_tokens = "fleet-model", {"users": 24, "prompts": 3, "turns": 6, "concurrency": 8,
+            model, workload, max_tokens = "fleet-model", {"users": 24, "prompts": 3, "turns": 6, "concurrency": concurrency,
                                                          "system_words": 150, "user_words": 25}, 16
             extra = ""
         text = gateway_policy(urls, strategy, args.fleet, model, extra, args.capacity * 16)
@@ -160,9 +166,11 @@ async def run_strategy(args: argparse.Namespace, strategy: str, tmp: str) -> dic
             started = time.perf_counter()
             records = await drive(gw.url, model, workload, max_tokens)
             out = summarise(strategy, records, time.perf_counter() - started)
+            out["concurrency"] = concurrency
             if args.fleet == "engine":
-                by_url = dict(zip(urls, await engine_stats(urls), strict=True))
-                out["per_backend"] = {u.rsplit(":", 1)[1]: int(by_url[u][0]) for u in urls}  # requests each
+                stats = await engine_stats(urls)
+                out["per_backend"] = {f"e{i}": int(st["requests"]) for i, st in enumerate(stats)}  # requests each
+                out["engine"] = stats
         finally:
             await asyncio.to_thread(gw.stop)
         return out
@@ -179,28 +187,49 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fleet", choices=("fakes", "engine"), default="fakes")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--concurrency", default=None,
+                    help="comma-separated concurrencies, each run with every strategy (default: engine 1,4; fakes 8)")
     ap.add_argument("--kv-cache", default="96MiB")
     ap.add_argument("--capacity", type=int, default=200, help="fakes: blocks of 16 tokens each caches")
     ap.add_argument("--engine-threads", type=int, default=1)
     ap.add_argument("--system-words", type=int, default=200)
     ap.add_argument("--load-weight", type=float, default=None, help="override the routing default")
+    ap.add_argument("--choice-log", default=None,
+                    help="write the prefix routers' choice log (why each request went where) to this file")
     args = ap.parse_args()
+    import logging
     import tempfile
 
+    if args.choice_log:
+        handler = logging.FileHandler(args.choice_log, mode="w")
+        handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+        for name in ("gateway.routing.prefix", "gateway.routing.approx"):
+            logging.getLogger(name).addHandler(handler)
+            logging.getLogger(name).setLevel(logging.DEBUG)
+    concurrencies = [int(c) for c in (args.concurrency or ("1,4" if args.fleet == "engine" else "8")).split(",")]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for strategy in args.strategies.split(","):
-            results.append(await run_strategy(args, strategy, tmp))
-            r = results[-1]
-            print(f"{strategy:13s} prefilled {r['prefilled']:7d} of {r['prompt']:7d} prompt tokens "
-                  f"(share {r['share']:.3f})  {r['seconds']:6.1f}s  per replica: {r['per_backend']}", flush=True)
-    base = next((r for r in results if r["strategy"] == "weighted"), None)
-    if base:
-        for r in results:
+        for concurrency in concurrencies:
+            for strategy in args.strategies.split(","):
+                if args.choice_log:
+                    logging.getLogger("gateway.routing").debug("=== %s concurrency %d", strategy, concurrency)
+                results.append(await run_strategy(args, strategy, concurrency, tmp))
+                r = results[-1]
+                detail = ""
+                if "engine" in r:
+                    detail = "  hits/preemptions/blocks: " + ", ".join(
+                        f"{int(st['hits'])}/{int(st['preemptions'])}/{int(st['blocks'])}" for st in r["engine"])
+                print(f"C={concurrency} {strategy:13s} prefilled {r['prefilled']:7d} of {r['prompt']:7d} prompt tokens "
+                      f"(share {r['share']:.3f})  {r['seconds']:6.1f}s  per replica: {r['per_backend']}{detail}",
+                      flush=True)
+    for concurrency in concurrencies:
+        runs = [r for r in results if r["concurrency"] == concurrency]
+        base = next((r for r in runs if r["strategy"] == "weighted"), None)
+        for r in runs:
             loads = list(r["per_backend"].values())
             spread = max(loads) / max(min(loads), 1) if loads else 0
-            print(f"{r['strategy']:13s} prefills {r['prefilled'] / max(base['prefilled'], 1):.2f}x of weighted; "
-                  f"busiest/idlest replica {spread:.2f}x")
+            versus = f"prefills {r['prefilled'] / max(base['prefilled'], 1):.2f}x of weighted; " if base else ""
+            print(f"C={concurrency} {r['strategy']:13s} {versus}busiest/idlest replica {spread:.2f}x")
 
 
 if __name__ == "__main__":

@@ -200,7 +200,7 @@ class PoolRouter:
         unhealthy = [m.name for m in self.members.values() if not m.healthy]
         if not candidates:
             return unhealthy, None
-        chosen: Pick = pick(candidates, self.options.balance, self.mean_request.value)
+        chosen: Pick = pick(candidates, self.options.balance, self.mean_request.value, shared)
         rest = sorted((c for c in candidates if c.name != chosen.name), key=lambda c: (c.to_prefill, c.inflight))
         order = [chosen.name] + [c.name for c in rest] + unhealthy
         view = self.members[chosen.name].view

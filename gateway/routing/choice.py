@@ -12,7 +12,8 @@ the router's own approximate view): weigh what a cached prefix saves against wha
   rule holds for short and long prompts alike. (Pricing it by the mean *prefilled* blocks instead undervalues
   waiting exactly when routing works: hits make prefills small, and a hot prefix then drew every request
   while a replica stood idle.) `recent` counts the decisions that went to the candidate lately (see
-  RecentLoad); shared blocks are those of a prefix conversations branch from (see Branches). The earlier rule
+  RecentLoad); shared blocks are those of a prefix conversations branch from (see Branches), discounted only
+  while no candidate holds the request past them (a new conversation; an old one moving re-prefills it all). The earlier rule
   (Dynamo's `+ active_blocks`, every block a request *holds* counted as load) gave a long cached prefix away as soon as another replica had one request fewer, because a request in
   flight with a cached 30-block history weighed as much as 30 blocks of prefill saved.
 - Ties go to fewer requests in flight, then to the candidate caching less (so cold prefixes spread over the
@@ -22,7 +23,14 @@ the router's own approximate view): weigh what a cached prefix saves against wha
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+# The strategy of the route a request is on (set by the Router before it calls a backend): an engine backend
+# routes across its own replicas by it, so `weighted` / `least_loaded` / `prefix_aware` mean the same on an
+# engine pool as on a pool of backends. Calls made outside any route (an engine backend used directly, a
+# summariser) keep prefix-aware replica routing.
+ROUTE_STRATEGY: ContextVar[str] = ContextVar("route_strategy", default="prefix_aware")
 
 DEFAULT_LOAD_WEIGHT = 0.35  # measured with bench/routing.py (0.25 starved a replica, 0.5 moved histories)
 MEAN_DECAY = 0.05
@@ -144,7 +152,8 @@ def imbalanced(loads: list[int], rules: Balance) -> bool:
     return hi - lo > rules.balance_abs and hi > rules.balance_rel * lo
 
 
-def pick(candidates: list[Candidate], rules: Balance, mean_request: float) -> Pick:
+def pick(candidates: list[Candidate], rules: Balance, mean_request: float, shared_depth: int = 0) -> Pick:
+    """`shared_depth`: the request's leading blocks that conversations branch from (Branches.shared_depth)."""
     if not candidates:
         raise LookupError("no healthy candidate")
     longest = max(c.cached_blocks for c in candidates)
@@ -152,7 +161,11 @@ def pick(candidates: list[Candidate], rules: Balance, mean_request: float) -> Pi
         best = min(candidates, key=lambda c: (c.inflight, c.occupancy, c.name))
         return Pick(best.name, best.cached_blocks, 0.0, "load", True)
     per_request = rules.load_weight * max(mean_request, 1.0)
-    discount = 1.0 - rules.shared_weight
+    # The shared prefix is cheap to copy only for a new conversation. Once a replica holds the request's own
+    # history (cached past the shared prefix), going elsewhere prefills the whole prefix again, system prompt
+    # included, for this request: measured on engine replicas, the discount moved 17-block histories (15 of
+    # them a system prompt) off a replica with two requests in flight, each move a full re-prefill.
+    discount = 0.0 if longest > shared_depth else 1.0 - rules.shared_weight
     scored = [(rules.overlap_weight * (c.to_prefill - discount * c.shared_missing) + per_request * (INFLIGHT_SHARE * c.inflight + c.recent),
                c.inflight, c.occupancy, c.name, c) for c in candidates]
     cost, _, _, _, best = min(scored)

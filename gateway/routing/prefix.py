@@ -5,14 +5,18 @@ events carrying the engine's own chained block hashes), plus an optimistic entry
 just routed with, which expires unless the engine confirms it. A request's block hashes are computed with
 the engine's hash function, so router and engine agree exactly.
 
-The choice is `gateway.routing.choice.pick`: SGLang's imbalance override, then the lowest
-`overlap_weight * blocks_to_prefill + load_weight * inflight * mean_request_blocks`, where blocks_to_prefill
-counts the request's blocks past the replica's longest cached prefix (a hit never covers the last token) and
-mean_request_blocks is the moving average of the routed requests' sizes.
+The route's strategy decides (ROUTE_STRATEGY, set by the Router; prefix_aware outside any route):
+`prefix_aware` is `gateway.routing.choice.pick`, the rule the OpenAI-compatible pools use too (SGLang's
+imbalance override, then blocks left to prefill against queued and recently routed requests priced in mean
+request blocks); `weighted` spreads uniformly, `least_loaded` takes the fewest in flight. Each decision is
+logged at DEBUG on this module's logger (the choice log: every candidate's cached prefix, blocks to prefill,
+in-flight and recent load), which `bench/routing.py --choice-log FILE` writes out.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from gateway.routing.choice import (
     DEFAULT_LOAD_WEIGHT,
     DEFAULT_SHARED_WEIGHT,
+    ROUTE_STRATEGY,
     Balance,
     Branches,
     Candidate,
@@ -29,6 +34,8 @@ from gateway.routing.choice import (
 )
 
 OPTIMISTIC_TTL_S = 10.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -80,6 +87,7 @@ class PrefixRouter:
         load_weight: float = DEFAULT_LOAD_WEIGHT,
         shared_weight: float = DEFAULT_SHARED_WEIGHT,
         clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         if block_size <= 0:
             raise ValueError("block_size must be positive")
@@ -89,6 +97,7 @@ class PrefixRouter:
         self.recent = RecentLoad()
         self.branches = Branches()
         self._clock = clock
+        self._rng = rng or random.Random()
         self.replicas: dict[str, ReplicaState] = {}
 
     # --- replica membership and KV mirror -------------------------------------------------------------
@@ -141,7 +150,13 @@ class PrefixRouter:
             count += 1
         return count
 
-    def choose(self, block_hashes: list[int], num_tokens: int) -> Decision:
+    def choose(self, block_hashes: list[int], num_tokens: int, strategy: str | None = None) -> Decision:
+        """The replica for a request, by `strategy` (default: the strategy of the route the request is on):
+        `prefix_aware` by the choice rule, `weighted` uniformly at random (replicas weigh the same),
+        `least_loaded` by fewest requests in flight."""
+        strategy = strategy or ROUTE_STRATEGY.get()
+        if strategy != "prefix_aware":
+            return self._by_load(block_hashes, strategy)
         candidates = []
         shared = self.branches.shared_depth(block_hashes)
         for state in self.replicas.values():
@@ -156,8 +171,23 @@ class PrefixRouter:
                                         max(shared - cached, 0), occupancy))
         if not candidates:
             raise LookupError("no healthy engine replica")
-        chosen = pick(candidates, self.rules, self.mean_request.value)
+        chosen = pick(candidates, self.rules, self.mean_request.value, shared)
+        if log.isEnabledFor(logging.DEBUG):  # the choice log: why each request went where
+            log.debug("route %d tokens shared=%d mean=%.1f -> %s (%s%s) | %s", num_tokens, shared,
+                      self.mean_request.value, chosen.name, chosen.reason, ", override" if chosen.override else "",
+                      "; ".join(f"{c.name}: inflight={c.inflight} recent={c.recent:.2f} cached={c.cached_blocks} "
+                                f"prefill={c.to_prefill} shared_missing={c.shared_missing}" for c in candidates))
         return Decision(chosen.name, chosen.cached_blocks, chosen.cost, chosen.reason, chosen.override)
+
+    def _by_load(self, block_hashes: list[int], strategy: str) -> Decision:
+        healthy = [s for s in self.replicas.values() if s.healthy]
+        if not healthy:
+            raise LookupError("no healthy engine replica")
+        if strategy == "least_loaded":
+            chosen = min(healthy, key=lambda s: (s.inflight, self._rng.random()))
+        else:
+            chosen = self._rng.choice(healthy)
+        return Decision(chosen.name, self.cached_blocks(chosen.name, block_hashes), 0.0, "load")
 
     # --- in-flight bookkeeping ------------------------------------------------------------------------
 
