@@ -46,6 +46,12 @@ class BackendError(Exception):
         self.retry_after = retry_after
         self.backend: str | None = None
 
+    @property
+    def refused_request(self) -> bool:
+        """The upstream refused this request itself (a 4xx other than auth and rate limiting): its explanation
+        is the client's to read, and a caller may retry without the part the upstream refused."""
+        return 400 <= self.status < 500 and self.status not in (401, 403, 429)
+
     def to_gateway_error(self, request_id: str | None = None) -> GatewayError:
         headers = {"Retry-After": str(max(1, round(self.retry_after)))} if self.retry_after is not None else None
         ref = f" (request id {request_id})" if request_id else ""
@@ -59,7 +65,7 @@ class BackendError(Exception):
             return GatewayError(self.status, self.message, "invalid_request_error" if self.status < 500 else
                                 "upstream_error", self.reason, err.get("param") if isinstance(err, dict) else None,
                                 headers=headers)
-        if isinstance(err, dict) and 400 <= self.status < 500 and self.status != 429:
+        if isinstance(err, dict) and self.refused_request:
             # The upstream's explanation of the client's own mistake (a bad parameter, a prompt too long).
             return GatewayError(
                 self.status,

@@ -171,7 +171,7 @@ class Judge:
                 try:
                     reply = await self._backend().chat(self.request(cached, new, self._logprobs), timeouts)
                 except BackendError as e:
-                    if not (self._logprobs and 400 <= e.status < 500 and e.status not in (401, 403, 429)):
+                    if not (self._logprobs and e.refused_request):
                         raise
                     # An OpenAI-compatible server that refuses logprobs: ask for the text from now on.
                     self._logprobs = False
