@@ -98,3 +98,10 @@ def serve_gateway(redis_url: str, tmp_path):
     yield start
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture
+def gw(fake_openai, serve_gateway, request):
+    """(fake upstream, gateway) started with the test module's `policy(upstream_url)`."""
+    fake, up = fake_openai
+    return fake, serve_gateway(request.module.policy(up.url))

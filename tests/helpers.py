@@ -1,4 +1,5 @@
-"""Test plumbing: servers on their own event-loop thread, a private real redis-server, free ports."""
+"""Test plumbing: servers on their own event-loop thread, a private real redis-server, free ports, and the
+policy text, SDK client and /metrics reading the gateway tests share."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any
 
+import httpx
+import openai
 from aiohttp import web
 
 from gateway.embedded_redis import redis_server_binary
@@ -121,3 +124,40 @@ class RedisServer:
         with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
             s.sendall(b"FLUSHALL\r\n")
             s.recv(16)
+
+
+CHAT = "/v1/chat/completions"
+BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}
+
+
+def route(model: str, backends: str = "up", more: str = "") -> str:
+    """One `routes:` item of policy YAML; `more` adds keys to it (each line indented four spaces)."""
+    return f'  - match: {{model: "{model}"}}\n    backends: [{backends}]\n{more}'
+
+
+def upstream_policy(upstream: str, routes: str, *, dead: bool = False, tail: str = "") -> str:
+    """Policy YAML over the fake upstream at `upstream`: backend `up` and, with `dead`, a backend `dead` on a
+    port nobody listens on; then `routes` (items from `route`) and `tail` (more top-level sections)."""
+    dead_backend = f'  dead: {{type: openai, base_url: "http://127.0.0.1:{free_port()}/v1"}}\n' if dead else ""
+    return f'backends:\n  up: {{type: openai, base_url: "{upstream}/v1"}}\n{dead_backend}routes:\n{routes}{tail}\n'
+
+
+def sdk_client(srv: ServerThread, key: str = "k", **kw: Any) -> openai.OpenAI:
+    """The official SDK pointed at a started gateway; no retries, so each call is one request."""
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0, **kw)
+
+
+def series(name: str, **labels: str) -> str:
+    """A Prometheus series name as the exposition writes it (labels sorted)."""
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def scrape(srv: ServerThread, key: str | None = None) -> dict[str, float]:
+    """Every series on the gateway's /metrics (read with `key` as a bearer token when given)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    out = {}
+    for line in httpx.get(srv.url + "/metrics", headers=headers).text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out

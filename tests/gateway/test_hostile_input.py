@@ -13,32 +13,14 @@ from aiohttp import web
 
 from gateway.request_checks import MAX_JSON_DEPTH
 from tests.fakes.openai_server import sse
-from tests.helpers import ServerThread
-
-CHAT = "/v1/chat/completions"
+from tests.helpers import CHAT, ServerThread, route, sdk_client, upstream_policy
 
 
 def policy(upstream: str, server: str = "") -> str:
-    return f"""
-backends:
-  up: {{type: openai, base_url: "{upstream}/v1"}}
-routes:
-  - match: {{model: cached}}
-    backends: [up]
-    cache: {{exact: {{ttl: 600, store: always}}, semantic: false}}
-  - match: {{model: budgeted}}
-    backends: [up]
-    budget: {{context_window: 4096, max_output_tokens: 256}}
-  - match: {{model: "fake-*"}}
-    backends: [up]
-{server}
-"""
-
-
-@pytest.fixture
-def gw(fake_openai, serve_gateway):
-    fake, up = fake_openai
-    return fake, serve_gateway(policy(up.url))
+    routes = (route("cached", more="    cache: {exact: {ttl: 600, store: always}, semantic: false}\n")
+              + route("budgeted", more="    budget: {context_window: 4096, max_output_tokens: 256}\n")
+              + route("fake-*"))
+    return upstream_policy(upstream, routes, tail=server)
 
 
 def nested(depth: int) -> object:
@@ -118,8 +100,7 @@ def test_mistyped_openai_parameters_are_400_and_never_forwarded(gw, extra: dict,
     assert err["param"] == param
     assert fake.request_count == 0
     with pytest.raises(openai.BadRequestError):  # the SDK sees a typed error too
-        openai.OpenAI(base_url=srv.url + "/v1", api_key="k", max_retries=0).completions.create(
-            model="fake-model", prompt="x", max_tokens=-1)
+        sdk_client(srv).completions.create(model="fake-model", prompt="x", max_tokens=-1)
 
 
 def test_embeddings_input_types(gw) -> None:

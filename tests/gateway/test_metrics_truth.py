@@ -13,43 +13,14 @@ from gateway.context.budget import plan, split_conversation
 from gateway.context.compress import Document
 from gateway.context.config import parse_context_config
 from gateway.context.tokens import tiktoken_counter
-from tests.helpers import free_port
-
-CHAT = "/v1/chat/completions"
+from tests.helpers import BODY, CHAT, free_port, route, scrape, series, upstream_policy
 
 
 def policy(upstream: str, extra: str = "") -> str:
-    return f"""
-tenants:
-  - {{name: team, api_keys: [k1], limits: {{rpm: 1000, tpm: 100000}}}}
-backends:
-  up: {{type: openai, base_url: "{upstream}/v1"}}
-  dead: {{type: openai, base_url: "http://127.0.0.1:{free_port()}/v1"}}
-routes:
-  - match: {{model: fake-model}}
-    backends: [up]
-  - match: {{model: rescued}}
-    backends: [dead]
-    fallbacks: [up]
-  - match: {{model: dead-model}}
-    backends: [dead]
-  - match: {{model: "fake-*"}}
-    backends: [up]
-{extra}
-"""
-
-
-def scrape(srv) -> dict[str, float]:
-    out = {}
-    for line in httpx.get(srv.url + "/metrics").text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
-
-
-def series(name: str, **labels: str) -> str:
-    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    routes = (route("fake-model") + route("rescued", "dead", "    fallbacks: [up]\n") + route("dead-model", "dead")
+              + route("fake-*") + extra)
+    tenants = "tenants:\n  - {name: team, api_keys: [k1], limits: {rpm: 1000, tpm: 100000}}\n"
+    return upstream_policy(upstream, routes, dead=True, tail=tenants)
 
 
 def post(srv, body: dict | bytes, key: str | None = "k1", **kw) -> httpx.Response:
@@ -57,9 +28,6 @@ def post(srv, body: dict | bytes, key: str | None = "k1", **kw) -> httpx.Respons
     if isinstance(body, bytes):
         return httpx.post(srv.url + CHAT, content=body, headers={**headers, "Content-Type": "application/json"}, **kw)
     return httpx.post(srv.url + CHAT, json=body, headers=headers, **kw)
-
-
-BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}
 
 
 def test_refused_requests_are_counted_as_route_none(fake_openai, serve_gateway, tmp_path) -> None:
@@ -133,7 +101,7 @@ def test_routes_have_stable_names_without_glob_characters(fake_openai, serve_gat
 
 def test_ready_is_503_only_when_a_route_has_no_live_backend(fake_openai, serve_gateway) -> None:
     _, up = fake_openai
-    text = policy(up.url).replace("  - match: {model: dead-model}\n    backends: [dead]\n", "")
+    text = policy(up.url).replace(route("dead-model", "dead"), "")
     srv = serve_gateway(text, redis=f"redis://127.0.0.1:{free_port()}/0")
     r = httpx.get(srv.url + "/ready", timeout=10)
     assert r.status_code == 200, r.text

@@ -11,6 +11,7 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import ServerThread, free_port
+from tests.helpers import sdk_client as client
 
 
 def policy(upstream: str, *, extra_route: str = "", retries: int = 0, fallbacks: str = "[]", timeouts: str = "") -> str:
@@ -29,16 +30,6 @@ routes:
     backends: [up]
 {extra_route}
 """
-
-
-@pytest.fixture
-def gw(fake_openai, serve_gateway):
-    fake, up = fake_openai
-    return fake, serve_gateway(policy(up.url))
-
-
-def client(srv: ServerThread, key: str = "anything", **kw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0, **kw)
 
 
 def test_chat_non_streaming(gw) -> None:

@@ -14,35 +14,18 @@ from gateway.appkeys import GATEWAY
 from gateway.config.loader import PolicyErrors, parse_policy
 from gateway.config.reload import PolicyWatcher
 from tests.conftest import ADMIN_KEY
-from tests.helpers import free_port
-
-CHAT = "/v1/chat/completions"
-BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}
+from tests.helpers import BODY, CHAT, free_port, route, scrape, sdk_client, series, upstream_policy
 
 
-def backends(upstream: str) -> str:
-    return f"""
-backends:
-  up: {{type: openai, base_url: "{upstream}/v1"}}
-  dead: {{type: openai, base_url: "http://127.0.0.1:{free_port()}/v1"}}
-routes:
-  - match: {{model: fake-model}}
-    backends: [up]
-  - match: {{model: dead-model}}
-    backends: [dead]
-"""
+def backends(upstream: str, routes: str = route("fake-model") + route("dead-model", "dead")) -> str:
+    return upstream_policy(upstream, routes, dead=True)
 
 
 KEYED = "\ntenants:\n  - {name: team, api_keys: [k1]}\n"
 
 
 def metric(srv, name: str, **labels: str) -> float:
-    text = httpx.get(srv.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).text
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{want}}} "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return scrape(srv, ADMIN_KEY).get(series(name, **labels), 0.0)
 
 
 def test_reload_that_drops_every_key_is_refused_unless_the_policy_says_open(
@@ -103,7 +86,7 @@ def test_tenants_get_generic_upstream_errors_with_the_request_id(fake_openai, se
     fake.fail_next(1, 400, body={"error": {"message": "bad temperature", "type": "invalid_request_error",
                                            "param": "temperature", "code": None}})
     with pytest.raises(openai.BadRequestError) as e:
-        openai.OpenAI(base_url=srv.url + "/v1", api_key="k", max_retries=0).chat.completions.create(**BODY)
+        sdk_client(srv).chat.completions.create(**BODY)
     assert e.value.body["message"] == "bad temperature"
 
 
@@ -111,7 +94,7 @@ def test_tenants_get_generic_upstream_errors_with_the_request_id(fake_openai, se
 def test_ready_and_metrics_behind_a_key(fake_openai, serve_gateway, tmp_path: Path, mode: str) -> None:
     _, up = fake_openai
     ops = "{auth: admin}" if mode == "admin" else "{auth: key, keys: [scraper]}"
-    srv = serve_gateway(backends(up.url).replace("  - match: {model: dead-model}\n    backends: [dead]\n", "")
+    srv = serve_gateway(backends(up.url, route("fake-model"))
                         + f"server: {{data_dir: '{tmp_path}', admin_keys: [{ADMIN_KEY}], ops: {ops}}}\n")
     for path in ("/ready", "/metrics"):
         assert httpx.get(srv.url + path).status_code == 401
@@ -125,7 +108,7 @@ def test_ready_and_metrics_behind_a_key(fake_openai, serve_gateway, tmp_path: Pa
 def test_ready_and_metrics_on_their_own_listener(fake_openai, serve_gateway, tmp_path: Path) -> None:
     _, up = fake_openai
     port = free_port()
-    srv = serve_gateway(backends(up.url).replace("  - match: {model: dead-model}\n    backends: [dead]\n", "")
+    srv = serve_gateway(backends(up.url, route("fake-model"))
                         + f"server: {{data_dir: '{tmp_path}', ops: {{host: 127.0.0.1, port: {port}}}}}\n")
     assert httpx.post(srv.url + CHAT, json=BODY).status_code == 200
     assert httpx.get(srv.url + "/metrics").status_code == 404
@@ -147,8 +130,8 @@ def test_ops_policy_errors() -> None:
 
 def test_retrieve_model(fake_openai, serve_gateway) -> None:
     _, up = fake_openai
-    srv = serve_gateway(backends(up.url) + '  - match: {model: "fake-*"}\n    backends: [up]\n')
-    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="k", max_retries=0)
+    srv = serve_gateway(backends(up.url, route("fake-model") + route("dead-model", "dead") + route("fake-*")))
+    c = sdk_client(srv)
     model = c.models.retrieve("fake-model")
     assert model.id == "fake-model" and model.owned_by == "up"
     assert c.models.retrieve("fake-model-2").id == "fake-model-2"  # listed by the glob route's backend
