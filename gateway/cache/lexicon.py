@@ -217,7 +217,7 @@ for _axis, (_plus, _minus) in _POLAR_AXES.items():
 EN_ASKS: dict[str, str] = {
     "how long": "duration", "how many": "count", "how much": "amount", "how often": "frequency",
     "how far": "distance", "how old": "age", "how big": "size", "how fast": "speed", "what time": "time",
-    "when": "time", "where": "place", "who": "person", "whom": "person", "whose": "person", "why": "reason",
+    "how come": "reason", "how": "manner", "when": "time", "where": "place", "who": "person", "whom": "person", "whose": "person", "why": "reason",
 }
 
 # Prefixes that negate the word they are put on: "legal" / "illegal", "able" / "unable", "smoking" /
@@ -294,6 +294,40 @@ analyze analyse review evaluate predict guess imagine pretend describe brainstor
 install uninstall update upgrade run go take put keep turn call look see watch learn study cook bake prepare
 events prices recipes ideas tips steps ways reasons examples things people someone something anything
 """.split())
+
+# Words of EN_COMMON_WORDS that name the action asked about, not the way of asking: "How do I read a file" /
+# "... write a file", "how to plan a wedding" / "... cancel a wedding" are other questions. The rest of
+# EN_COMMON_WORDS (tell, give, show, explain, find, make, ...) only asks and may change between rewordings.
+EN_ACTIONS = frozenset("""
+read open close start stop solve prove teach proofread edit improve optimize optimise debug implement analyze
+analyse review evaluate predict invent add remove delete install uninstall update upgrade run call watch learn
+study cook bake prepare book remind cancel schedule round split report search play send fix check identify
+fill sort count estimate plan convert
+""".split())
+# Verbs that ask for the same action, each group read as its first word when two texts are compared.
+_SYNONYM_GROUPS = (
+    ("check", "see", "view", "look", "find", "show", "verify", "tell"),
+    ("fix", "repair", "solve", "resolve", "troubleshoot"),
+    ("make", "create", "build", "generate", "produce", "write", "compose"),
+    ("convert", "turn", "transform"),
+    ("learn", "study", "master"),
+    ("book", "reserve", "schedule"),
+    ("edit", "change", "modify", "alter", "adjust"),
+    ("pick", "choose", "select"),
+    ("set", "setup", "configure"),
+    ("call", "phone", "ring"),
+    ("speak", "talk"),
+    ("get", "obtain", "receive"),
+    ("improve", "boost", "enhance"),
+    ("cook", "prepare", "make"),
+    ("compute", "calculate"),
+    ("stop", "quit"),
+    ("cancel", "terminate"),
+)
+EN_SYNONYMS: dict[str, str] = {}
+for _group in _SYNONYM_GROUPS:
+    for _w in _group:
+        EN_SYNONYMS.setdefault(_w, _group[0])
 
 # ---- Chinese -------------------------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ _ZH_CLOSERS = re.compile(r"[\s,.!:;]*(?:谢谢你|谢谢您|谢谢啦|谢谢了|
 _ZH_PLEASE = re.compile(r"^请(?=[\u3400-\u9fff])")
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=4096)
 def normalize(text: str) -> str:
     """The near-repeat form of a text: NFKC, typographic marks folded, whitespace collapsed, trailing
     punctuation and politeness dropped. Idempotent."""
@@ -88,7 +88,7 @@ def correct_typos(text: str) -> str:
     return _LOWER_WORD.sub(lambda m: _correct_word(m.group(0)), text)
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=4096)
 def _correct_word(word: str) -> str:
     known = known_words()
     if word in known:
@@ -114,7 +114,7 @@ def _inner_edits(word: str) -> set[str]:
     return out
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=4096)
 def semantic_form(text: str) -> str:
     """What the semantic layer embeds and verifies: the near-repeat form with unknown words' typos fixed."""
     return correct_typos(normalize(text))

@@ -85,6 +85,7 @@ class Facts:
     asks: frozenset[str]  # what the question asks for: time, place, amount, duration ...
     cjk_core: str  # Chinese text with the paraphrase-neutral words taken out, for the substitution check
     cjk_plain: str  # its characters before lexicon words were taken out, for the exchange check
+    order: tuple[str, ...]  # tokens in a common form, articles dropped, for the order checks (_order_seq)
     folded: str  # the whole text lower-cased, for quoted strings
     named: frozenset[tuple[str, str]]  # (class, id) of the lexicon's named things: ("language", "python")
     named_roles: tuple[tuple[str, str | None], ...]  # each named thing in order, with the word governing it
@@ -123,7 +124,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "entity"
     if a.qualifiers != b.qualifiers and (close or _family_conflict(a.qualifiers, b.qualifiers)):
         return "scope"
-    if close and a.asks and b.asks and a.asks != b.asks:
+    if close and _asks_differ(a.asks, b.asks):
         return "scope"
     if _opposed(a.polar, b.polar, strong_only=not close):
         return "antonym"
@@ -156,7 +157,8 @@ def _typo_aliases(a: Facts, b: Facts) -> dict[str, str]:
     aliases: dict[str, str] = {}
     for w in a_only:
         for v in b_only:
-            if typo_equal(w, v):
+            # one edit keeps the length within one and the first letter (or swaps it with the second)
+            if abs(len(w) - len(v)) <= 1 and (w[0] == v[0] or w[0] == v[1:2]) and typo_equal(w, v):
                 aliases[w] = v
                 break
     return aliases
@@ -209,6 +211,17 @@ def _overlap(a: Facts, b: Facts) -> float:
     if not a.tokens or not b.tokens:
         return 0.0
     return difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False).ratio()
+
+
+def _asks_differ(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Both texts ask for something, and not the same: "how long" / "how much", "how" / "why". "How" also
+    asks for a place or a time ("how can I view my bill" / "where can I see my bill"), never for a reason."""
+    if not a or not b or a == b:
+        return False
+    a_, b_ = a - {"manner"}, b - {"manner"}
+    if a_ and b_:
+        return a_ != b_
+    return "reason" in a_ | b_ and "reason" not in a_ & b_
 
 
 def _date_conflict(a: frozenset[str], b: frozenset[str]) -> bool:
@@ -266,7 +279,7 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
                 return True
             if close and "than" in between_a and "than" in between_b:
                 return True
-    return _roles_exchanged(_order_seq(ta), _order_seq(tb), close)
+    return _roles_exchanged(a.order, b.order, close)
 
 
 _ARTICLES = frozenset({"a", "an", "the"})
@@ -369,7 +382,7 @@ def _permuted(a: Facts, b: Facts) -> bool:
     Windows") and joints such as "and", "or", "vs", 和 are wording. When the middle was reworded too
     (房东提前收回房子要赔租客 / 租客提前退租要赔房东), short terms at both ends exchanged around middles that
     share most of their words still count."""
-    sa, sb = _order_seq(a.tokens), _order_seq(b.tokens)
+    sa, sb = a.order, b.order
     if sa == sb or not sa or not sb:
         return False
     start = 0
@@ -450,10 +463,11 @@ his they them their what which who whom whose how why when where whats s t re ve
 also just very really please
 """.split())
 
-_WEAK = lx.EN_COMMON_WORDS | lx.EN_DIRECTIONAL | lx.EN_SYMMETRIC | frozenset({
+_WEAK = (lx.EN_COMMON_WORDS - lx.EN_ACTIONS) | lx.EN_DIRECTIONAL | lx.EN_SYMMETRIC | frozenset({
     "s", "t", "re", "ve", "ll", "d", "m", "way", "ways", "much", "many", "long", "often", "really", "actually",
     "exactly", "simply", "briefly", "quickly", "basically", "kind", "sort", "type", "thing", "things", "know",
     "want", "need", "like", "mean", "means", "possible", "there", "work", "works", "use", "using", "used",
+    "up", "out", "off", "on", "away",  # particles of a phrasal verb ("set up"); turn on / off is an axis
 })
 
 
@@ -467,8 +481,8 @@ def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str |
         return None
     # Counted, not as sets: a word replaced by one the text already has elsewhere is still a change ("the
     # sender or the recipient ..., charged to the sender" / "... to the recipient").
-    stems_a = Counter(_stem(w) for w in a)
-    stems_b = Counter(_stem(w) for w in b)
+    stems_a = Counter(_canon(w) for w in a)
+    stems_b = Counter(_canon(w) for w in b)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
@@ -479,13 +493,13 @@ def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str |
             persons_b = {p for w in seg_b if (p := lx.EN_PERSON.get(w))}
             if persons_a and persons_b and persons_a != persons_b:
                 return "order"  # another party: "she sends me" / "I send her"
-        new_a = [w for w in seg_a if not _weak(w) and stems_a[_stem(w)] > stems_b[_stem(w)]]
-        new_b = [w for w in seg_b if not _weak(w) and stems_b[_stem(w)] > stems_a[_stem(w)]]
+        new_a = [w for w in seg_a if not _weak(w) and stems_a[_canon(w)] > stems_b[_canon(w)]]
+        new_b = [w for w in seg_b if not _weak(w) and stems_b[_canon(w)] > stems_a[_canon(w)]]
         if not new_a and not new_b:
             continue
         if _same_words(seg_a, seg_b):
             continue
-        if new_a and new_b:
+        if new_a and new_b and abs(len(seg_a) - len(seg_b)) < 3:  # a word for a word, not a clause rewritten
             tags = _polar(seg_a)
             # "cheaper" / "less expensive" say the same; "father" / "son" (one side of an axis of kinds) do not
             if not tags or tags != _polar(seg_b) or any(axis in _KIND_AXES for axis, _ in tags):
@@ -525,6 +539,16 @@ def _stem(word: str) -> str:
     if len(word) >= 4 and word.endswith("e"):
         word = word[:-1]
     return word
+
+
+def _canon(word: str) -> str:
+    """The stem of a word, a verb read as the first of its synonyms ("repairing" / "fix"), a unit as its unit
+    ("oz" / "ounces")."""
+    stem = _stem(word)
+    return _SYNONYM_STEMS.get(stem) or lx.EN_UNITS.get(word) or stem
+
+
+_SYNONYM_STEMS = {_stem(w): _stem(head) for w, head in lx.EN_SYNONYMS.items()}
 
 
 def _weak(word: str) -> bool:
@@ -590,7 +614,7 @@ def _cjk_substituted(a: str, b: str) -> bool:
 # ---- facts of one text -------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=4096)
 def facts(text: str) -> Facts:
     """The answer-flipping facts of a text (in near-repeat form)."""
     opaque, entities = _tokens(text)
@@ -601,9 +625,10 @@ def facts(text: str) -> Facts:
         plain = "".join(_CJK.findall(text))
     else:
         zneg, znum, zdates, zqual, zpolar, core, plain = 0, [], set(), set(), set(), "", ""
+    tokens = _merge_tokens(words, words_at, text)
     return Facts(
         words=tuple(words),
-        tokens=_merge_tokens(words, words_at, text),
+        tokens=tokens,
         counts=Counter(words),
         negation_odd=(negations + zneg) % 2 == 1,
         numbers=tuple(v for _, v in sorted(numbers + znum)),
@@ -617,28 +642,34 @@ def facts(text: str) -> Facts:
         possessors=frozenset(m.group(1).lower().replace("-", "") for m in _POSSESSIVE.finditer(text)),
         cjk_core=core,
         cjk_plain=plain,
+        order=_order_seq(tokens),
         folded=text.casefold(),
         named=frozenset(named for named, _ in named_roles),
         named_roles=tuple((thing, role) for (_, thing), role in named_roles),
     )
 
 
-def _named_pattern() -> tuple[re.Pattern[str], dict[str, tuple[str, str]]]:
-    """One alternation of every spelling in lx.ENTITY_CLASSES, longest first; Latin spellings only as whole
-    words ("js" not inside "json"), Chinese ones anywhere (no spaces to bound them)."""
+def _named_tables() -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, ...]], int]:
+    """Every spelling in lx.ENTITY_CLASSES with its (class, id); the Chinese spellings by first character,
+    longest first; the most words a Latin spelling has ("new york" 2)."""
     ids: dict[str, tuple[str, str]] = {}
     for cls, things in lx.ENTITY_CLASSES.items():
         for thing in things:
             spellings = thing.split("|")
             for spelling in spellings:
                 ids[spelling] = (cls, spellings[0])
-    parts = [re.escape(w) if _CJK.match(w) else rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9+#])"
-             for w in sorted(ids, key=len, reverse=True)]
-    return re.compile("|".join(parts)), ids
+    by_first: dict[str, list[str]] = {}
+    for w in ids:
+        if _CJK.match(w):
+            by_first.setdefault(w[0], []).append(w)
+    cjk = {c: tuple(sorted(ws, key=len, reverse=True)) for c, ws in by_first.items()}
+    return ids, cjk, max(len(w.split(" ")) for w in ids if not _CJK.match(w))
 
 
-_NAMED, _NAMED_IDS = _named_pattern()
-
+_NAMED_IDS, _NAMED_CJK, _NAMED_MAX_WORDS = _named_tables()
+# A Latin word as the lexicon spells names: "c++", "c#", "node.js", "xi'an", "objective-c".
+_NAME_TOKEN = re.compile(r"[a-z0-9][a-z0-9+#]*(?:[.'-][a-z0-9][a-z0-9+#]*)*")
+_NAME_PART = re.compile(r"[a-z0-9][a-z0-9+#]*")
 
 _ZH_DIRECTIONAL = frozenset("从到往向比给兑换至对")
 _LATIN_WORD = re.compile(r"[a-z]+")
@@ -647,11 +678,41 @@ _LATIN_WORD = re.compile(r"[a-z]+")
 def _named(text: str) -> list[tuple[tuple[str, str], str | None]]:
     """The named things of a text in order, each with the direction word that governs it: the nearest of
     lx.EN_DIRECTIONAL among the three words before it ("from", "to", "than"), or the relation character
-    right before a Chinese name (从/到/比/给/兑/换)."""
+    right before a Chinese name (从/到/比/给/兑/换). Latin spellings are looked up as whole words (longest
+    run of words first, then the pieces of a dotted or hyphenated word: "python-based"), Chinese ones
+    anywhere: a dictionary walk, not one regex of every spelling (that cost ~0.4 ms a text)."""
     folded = text.casefold()
+    spans: list[tuple[int, tuple[str, str]]] = []
+    words = [(m.start(), m.end(), m.group(0)) for m in _NAME_TOKEN.finditer(folded)]
+    i = 0
+    while i < len(words):
+        for n in range(min(_NAMED_MAX_WORDS, len(words) - i), 0, -1):
+            group = words[i:i + n]
+            if n > 1 and any(group[k + 1][0] != group[k][1] + 1 for k in range(n - 1)):
+                continue  # only words one space apart form a multi-word name
+            thing = _NAMED_IDS.get(" ".join(w for _, _, w in group))
+            if thing is not None:
+                spans.append((group[0][0], thing))
+                i += n
+                break
+        else:
+            start, _, word = words[i]
+            if not word.isalnum():
+                spans.extend((start + m.start(), _NAMED_IDS[m.group(0)]) for m in _NAME_PART.finditer(word)
+                             if m.group(0) in _NAMED_IDS)
+            i += 1
+    if _NAMED_CJK and _CJK.search(folded):
+        j = 0
+        while j < len(folded):
+            for spelling in _NAMED_CJK.get(folded[j], ()):
+                if folded.startswith(spelling, j):
+                    spans.append((j, _NAMED_IDS[spelling]))
+                    j += len(spelling) - 1
+                    break
+            j += 1
     found = []
-    for m in _NAMED.finditer(folded):
-        before = folded[:m.start()].rstrip()
+    for start, thing in sorted(spans, key=lambda s: s[0]):
+        before = folded[:start].rstrip()
         role = None
         if before and before[-1] in _ZH_DIRECTIONAL:
             role = before[-1]
@@ -660,7 +721,7 @@ def _named(text: str) -> list[tuple[tuple[str, str], str | None]]:
                 if word in lx.EN_DIRECTIONAL:
                     role = word
                     break
-        found.append((_NAMED_IDS[m.group(0)], role))
+        found.append((thing, role))
     return found
 
 
