@@ -23,6 +23,7 @@ from gateway.embedded_redis import EmbeddedRedis
 from gateway.limits import RateLimiter
 from gateway.metrics import Metrics
 from gateway.pipeline import RequestContext, Resources, Stage
+from gateway.redis_client import create_redis
 from gateway.routing.balancer import Router
 from gateway.state import Backends, Snapshot
 
@@ -59,9 +60,8 @@ class Gateway:
             await asyncio.to_thread(self.embedded.start)
             url = self.embedded.url
         timeout_s = policy.redis.timeout_ms / 1000
-        self.redis = aioredis.Redis.from_url(
-            url, socket_connect_timeout=max(timeout_s, 0.05), socket_timeout=1.0, health_check_interval=30,
-        )
+        # One server or a Redis Cluster (redis.mode, detected from the seed node by default): redis_client.py.
+        self.redis = await create_redis(url, policy.redis.mode, timeout_s)
         # Limits get a wider budget than cache lookups: failing open there lets traffic past a tenant's limit.
         self.limiter = RateLimiter(self.redis, self.metrics, max(timeout_s * 10, 0.05))
         try:
@@ -104,8 +104,8 @@ class Gateway:
 
     async def apply_policy(self, policy: Policy) -> None:
         """Swap to a new policy; unchanged backends are kept, replaced ones close after their requests."""
-        if policy.redis.url != self._initial_policy.redis.url:
-            log.warning("redis.url changed in the policy; it takes effect on restart")
+        if (policy.redis.url, policy.redis.mode) != (self._initial_policy.redis.url, self._initial_policy.redis.mode):
+            log.warning("redis.url or redis.mode changed in the policy; it takes effect on restart")
         auth = Authenticator(policy)
         if auth.open and not self.snapshot.auth.open and not policy.auth_open:
             raise PolicyRefused("it has no API keys, so it would open a keyed gateway to everyone; "

@@ -2,6 +2,11 @@
 
 Callers fail open on RedisUnavailable (a cache miss, no store, no limit), so a slow or dead Redis costs a
 request at most one timeout, and after repeated failures nothing at all until the breaker half-opens.
+
+On a Redis Cluster there is one breaker per master: a call names its key, the key names its node in the
+current slot map, and a dead master opens only its own breaker, so keys on the healthy masters keep being
+served. Failures also ask the cluster client to refresh its slot map, which is how a promoted replica takes
+the dead master's keys (redis_client.py).
 """
 
 from __future__ import annotations
@@ -10,11 +15,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
+from gateway.deadline import LoopTimeout
 from gateway.metrics import Metrics
+from gateway.redis_client import ClusterClient, node_of
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.redis")
@@ -24,58 +31,102 @@ class RedisUnavailable(Exception):
     pass
 
 
+class _Breaker:
+    """The state of one node's breaker."""
+
+    __slots__ = ("failures", "open_until", "tripped", "probing")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.open_until = 0.0
+        self.tripped = False  # opened and not yet closed by a successful probe
+        self.probing = False
+
+    def is_open(self) -> bool:
+        return time.monotonic() < self.open_until or (self.tripped and self.probing)
+
+
 class RedisGuard:
     """Closed: calls go through; `failures_to_open` failures in a row open it. Open: calls fail at once for
     `open_s`. Half-open (after that): one call probes Redis while the others still fail at once; the probe's
     success closes the breaker, its failure opens it again. A Redis that came back is used again within about
-    `open_s` plus one call, not after another run of failures."""
+    `open_s` plus one call, not after another run of failures.
+
+    With `redis` a cluster client, calls that pass `key=` get the breaker of the master serving that key;
+    calls without a key (and every call on a single server) share one breaker."""
 
     def __init__(
-        self, metrics: Metrics, component: str, timeout_s: float, failures_to_open: int = 5, open_s: float = 1.0
+        self, metrics: Metrics, component: str, timeout_s: float, failures_to_open: int = 5, open_s: float = 1.0,
+        *, redis: Any = None,
     ) -> None:
         self.metrics = metrics
         self.component = component
         self.timeout_s = timeout_s
         self.failures_to_open = failures_to_open
         self.open_s = open_s
-        self._failures = 0
-        self._open_until = 0.0
-        self._tripped = False  # opened and not yet closed by a successful probe
-        self._probing = False
+        self._cluster = redis if isinstance(redis, ClusterClient) else None
+        self._breakers: dict[str, _Breaker] = {"": _Breaker()}
 
     @property
     def is_open(self) -> bool:
-        return time.monotonic() < self._open_until or (self._tripped and self._probing)
+        """Whether any node's breaker is open (on a single server: whether its breaker is)."""
+        return any(b.is_open() for b in self._breakers.values())
 
-    async def call(self, op: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:
-        if self.is_open:
+    @property
+    def _open_until(self) -> float:
+        return max(b.open_until for b in self._breakers.values())
+
+    @_open_until.setter
+    def _open_until(self, value: float) -> None:  # tests end an open period early without waiting it out
+        for breaker in self._breakers.values():
+            breaker.open_until = value
+
+    def _breaker(self, key: str | None) -> tuple[str, _Breaker]:
+        if self._cluster is None or key is None:
+            return "", self._breakers[""]
+        node = node_of(self._cluster, key)
+        breaker = self._breakers.get(node)
+        if breaker is None:
+            breaker = self._breakers[node] = _Breaker()
+        return node, breaker
+
+    async def call(self, op: Awaitable[T] | Callable[[], Awaitable[T]], *, key: str | None = None) -> T:
+        node, breaker = self._breaker(key)
+        if breaker.is_open():
             if asyncio.iscoroutine(op):
                 op.close()  # never awaited: close it so no warning is raised
-            raise RedisUnavailable(f"{self.component}: circuit open")
-        probe = self._tripped
-        self._probing = probe
+            raise RedisUnavailable(f"{self.component}{_at(node)}: circuit open")
+        probe = breaker.tripped
+        breaker.probing = probe
         try:
-            async with asyncio.timeout(self.timeout_s):  # cheaper than wait_for: no extra task per call
+            # Not asyncio.timeout: a busy loop's own lag must not turn a reply already received into a failure.
+            async with LoopTimeout(self.timeout_s):
                 result = await (op() if callable(op) else op)
         except (TimeoutError, OSError, RedisError) as e:
-            self._record_failure(e, probe)
-            raise RedisUnavailable(f"{self.component}: {type(e).__name__}: {e}") from e
+            self._record_failure(node, breaker, e, probe)
+            raise RedisUnavailable(f"{self.component}{_at(node)}: {type(e).__name__}: {e}") from e
         finally:
             if probe:
-                self._probing = False
+                breaker.probing = False
         if probe:
-            self._tripped = False
-            log.info("redis %s: reachable again; circuit closed", self.component)
-        self._failures = 0
+            breaker.tripped = False
+            log.info("redis %s%s: reachable again; circuit closed", self.component, _at(node))
+        breaker.failures = 0
         return result
 
-    def _record_failure(self, e: BaseException, probe: bool = False) -> None:
+    def _record_failure(self, node: str, breaker: _Breaker, e: BaseException, probe: bool = False) -> None:
         self.metrics.redis_errors.labels(self.component).inc()
-        self._failures += 1
-        if probe or self._failures >= self.failures_to_open:
-            self._open_until = time.monotonic() + self.open_s
-            self._failures = 0
-            self._tripped = True
+        if self._cluster is not None:
+            self._cluster.refresh_soon()  # a failover moves slots: learn where they went
+        breaker.failures += 1
+        if probe or breaker.failures >= self.failures_to_open:
+            breaker.open_until = time.monotonic() + self.open_s
+            breaker.failures = 0
+            breaker.tripped = True
             if not probe:
-                log.warning("redis %s: %s; skipping Redis for %.1fs", self.component, e, self.open_s)
+                log.warning("redis %s%s: %s; skipping Redis for %.1fs", self.component, _at(node), e, self.open_s)
+
+
+def _at(node: str) -> str:
+    return f" at {node}" if node else ""
 

@@ -10,6 +10,7 @@ import orjson
 
 from gateway.cache import keyspace as ks
 from gateway.cache.lean_get import LeanGet
+from gateway.redis_client import execute_partial
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -35,7 +36,7 @@ class ExactCache:
     async def get(self, ns: str, digest: str) -> Stored | None:
         """Raises RedisUnavailable when Redis is slow or down (the caller treats it as a miss)."""
         key = ks.exact_entry(ns, digest)
-        raw = await self._lookup_guard.call(self._read(key))
+        raw = await self._lookup_guard.call(self._read(key), key=key)
         if raw is None:
             return None
         doc = orjson.loads(raw)
@@ -50,15 +51,19 @@ class ExactCache:
         expires_at = now + ttl_s
         value = orjson.dumps({"at": now, "c": completion})
 
+        key = ks.exact_entry(ns, digest)
+
         async def write() -> list:
             pipe = self._redis.pipeline(transaction=False)
-            pipe.set(ks.exact_entry(ns, digest), value, px=max(1, int(ttl_s * 1000)))
+            pipe.set(key, value, px=max(1, int(ttl_s * 1000)))
             pipe.zadd(ks.exact_index(ns), {digest: expires_at})
             pipe.zremrangebyscore(ks.exact_index(ns), "-inf", now)  # forget entries Redis already expired
+            # The namespace set is one key of its own (on a cluster, maybe on another master): a later store
+            # registers the namespace if this one could not.
             pipe.sadd(ks.NAMESPACES, namespace_member(tenant, model, ns))
-            return await pipe.execute()
+            return await execute_partial(pipe, 3)
 
-        await self._store_guard.call(write)
+        await self._store_guard.call(write, key=key)
 
 
 def namespace_member(tenant: str, model: str, ns: str) -> bytes:

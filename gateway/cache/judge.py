@@ -92,14 +92,14 @@ class VerdictCache:
 
     async def get(self, key: str) -> float | None:
         try:
-            raw = await self._guard.call(lambda: self._redis.get(key))
+            raw = await self._guard.call(lambda: self._redis.get(key), key=key)
         except RedisUnavailable:
             return None
         return float(raw) if raw is not None else None
 
     async def put(self, key: str, p_yes: float, ttl_s: float) -> None:
         try:
-            await self._guard.call(lambda: self._redis.set(key, f"{p_yes:.6f}", px=max(1, int(ttl_s * 1000))))
+            await self._guard.call(lambda: self._redis.set(key, f"{p_yes:.6f}", px=max(1, int(ttl_s * 1000))), key=key)
         except RedisUnavailable:
             pass  # the next identical pair asks the judge again
 

@@ -29,8 +29,9 @@ from gateway.config.schema import (
 from gateway.config.yamltree import expand_vars, join, read_tree
 
 TOP_KEYS = ("redis", "server", "tenants", "backends", "routes", "auth")
-REDIS_KEYS = ("url", "timeout_ms")
+REDIS_KEYS = ("url", "timeout_ms", "mode")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_MODES = ("auto", "single", "cluster")  # auto: the seed node's `INFO cluster` decides
 SERVER_KEYS = (
     "data_dir", "max_body_bytes", "admin_keys", "max_header_bytes", "max_headers", "header_timeout_s", "ops",
 )
@@ -127,6 +128,15 @@ def _redis(raw: Any, check: Checker) -> RedisConfig:
     elif url:
         cfg.url = url
     cfg.timeout_ms = check.get_number(m, "timeout_ms", "redis", cfg.timeout_ms, minimum=0, exclusive=True) or 5.0
+    mode = check.get_str(m, "mode", "redis", cfg.mode)
+    if mode is None:
+        pass  # get_str reported it
+    elif mode not in REDIS_MODES:
+        check.error("redis.mode", f"expected one of {', '.join(REDIS_MODES)}, got {mode!r}")
+    elif mode == "cluster" and cfg.url == "embedded":
+        check.error("redis.mode", "mode: cluster needs a redis:// URL of a cluster node (the embedded Redis is one server)")
+    else:
+        cfg.mode = mode
     return cfg
 
 

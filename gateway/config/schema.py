@@ -27,6 +27,7 @@ Strategy = Literal["weighted", "least_loaded", "prefix_aware"]
 class RedisConfig:
     url: str = "embedded"  # "embedded" starts a private redis-server under data_dir; else redis:// or rediss://
     timeout_ms: float = 5.0  # budget for cache lookups and limit checks before failing open
+    mode: str = "auto"  # auto (ask the seed node `INFO cluster`) | single | cluster (redis-py's cluster client)
 
 
 @dataclass(slots=True)
