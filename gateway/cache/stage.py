@@ -35,6 +35,7 @@ from gateway.cache.verifier import REASONS as VERIFIER_REASONS
 from gateway.cache.window import MAX_CHARS, last_message_chars
 from gateway.cache.worker import SemanticWorker
 from gateway.errors import GatewayError, bad_request
+from gateway.redis_client import scan_masters
 from gateway.redis_guard import RedisGuard, RedisUnavailable
 
 if TYPE_CHECKING:
@@ -85,11 +86,12 @@ class CacheStage:
         self._get_policy = resources.get_policy
         self._backends = resources.backends
         timeout_s = resources.get_policy().redis.timeout_ms / 1000
-        self.lookup_guard = RedisGuard(self.metrics, "cache", timeout_s)
-        self.store_guard = RedisGuard(self.metrics, "cache_store", timeout_s * SLOW_PATH_FACTOR)
+        self.lookup_guard = RedisGuard(self.metrics, "cache", timeout_s, redis=self._redis)  # per master
+        self.store_guard = RedisGuard(self.metrics, "cache_store", timeout_s * SLOW_PATH_FACTOR, redis=self._redis)
         # A semantic lookup already spends milliseconds embedding; its Redis read gets the wider budget, and
         # its own breaker, so an overloaded event loop late on that read cannot switch off the exact layer.
-        self.semantic_guard = RedisGuard(self.metrics, "cache_semantic", timeout_s * SLOW_PATH_FACTOR)
+        self.semantic_guard = RedisGuard(self.metrics, "cache_semantic", timeout_s * SLOW_PATH_FACTOR,
+                                         redis=self._redis)
         self.exact = ExactCache(self._redis, self.lookup_guard, self.store_guard)
         self.worker = worker or SemanticWorker(shared_embedder, DIM)
         self.semantic = SemanticCache(self._redis, self.semantic_guard, self.store_guard, self.worker)
@@ -228,6 +230,8 @@ class CacheStage:
             return deleted
         except (RedisError, OSError) as e:
             raise _unavailable(e) from e
+            if tenant is None and model is None:
+                deleted += await self._purge_unlisted()
 
     async def stats(self) -> dict:
         now = time.time()
@@ -411,6 +415,23 @@ class CacheStage:
     def _observe(self, layer: str, result: str, t0: float) -> None:
         self._count(layer, result)
         self.metrics.cache_lookup_seconds.labels(layer).observe(time.perf_counter() - t0)
+
+    async def _purge_unlisted(self) -> int:
+        """What the namespace set does not list (its master lost a write in a failover, say): SCAN every master
+        (never KEYS), delete per namespace (one slot per DEL) and tell every process. Returns entries deleted."""
+        found: dict[str, list[str]] = {}
+        async for raw in scan_masters(self._redis, ks.NAMESPACED):
+            key = raw.decode() if isinstance(raw, bytes) else raw
+            ns = ks.namespace_of(key)
+            if ns is not None:
+                found.setdefault(ns, []).append(key)
+        deleted = 0
+        for ns, keys in found.items():
+            await self.semantic.purge_namespace(ns)  # indexes and LRU sets, and the event every process applies
+            for start in range(0, len(keys), 512):
+                await self._redis.delete(*keys[start:start + 512])
+            deleted += sum(1 for k in keys if ks.is_entry(k))
+        return deleted
 
     def _count(self, layer: str, result: str) -> None:
         self.counts[(layer, result)] += 1
