@@ -24,6 +24,7 @@ from gateway.cache.exact import namespace_member
 from gateway.cache.index import EntryMeta
 from gateway.cache.keys import SemanticQuery
 from gateway.cache.verifier import verify as verify_pair
+from gateway.redis_client import execute_partial
 from gateway.redis_guard import RedisUnavailable
 
 if TYPE_CHECKING:
@@ -190,7 +191,7 @@ class SemanticCache:
     async def has_entry(self, ns: str, eid: str) -> bool:
         """Whether Redis holds the entry (the local index may not have seen its event yet)."""
         key = ks.semantic_entry(ns, eid)
-        return bool(await self._store_guard.call(lambda: self._redis.exists(key)))
+        return bool(await self._store_guard.call(lambda: self._redis.exists(key), key=key))
 
     async def _fetch(self, key: str) -> bytes | None:
         """Read a hit's completion. Lookups answered by one embedding batch resume together; their reads are
@@ -212,7 +213,7 @@ class SemanticCache:
                 return await pipe.execute()
 
             try:
-                values = await self._lookup_guard.call(read)
+                values = await self._lookup_guard.call(read, key=batch[0][0])
             except RedisUnavailable as e:
                 for _, future in batch:
                     if not future.done():
@@ -240,7 +241,7 @@ class SemanticCache:
                 return await pipe.execute()
 
             try:
-                await self._store_guard.call(write)
+                await self._store_guard.call(write, key=ks.semantic_lru(batch[0][0], batch[0][1].scope))
             except RedisUnavailable:
                 pass  # the LRU order is advisory; the entries themselves are intact
 
@@ -280,15 +281,17 @@ class SemanticCache:
             pipe.zremrangebyscore(ks.semantic_index(ns), "-inf", now)
             pipe.zadd(lru, {eid: now})  # a backfill is a use: it comes from an exact hit
             pipe.sadd(ks.semantic_scopes(ns), query.scope)
+            pipe.zcard(lru)
+            # Shared keys last: on a cluster they may live on another master, whose failure must not fail
+            # this store (other processes then learn of the entry when they next load, not by event).
             pipe.sadd(ks.NAMESPACES, namespace_member(tenant, model, ns))
             pipe.xadd(ks.EVENTS, {"op": "add", "ns": ns, "id": eid, "m": meta_doc, "v": v64},
                       maxlen=ks.EVENTS_MAXLEN, approximate=True)
-            pipe.zcard(lru)
-            return await pipe.execute()
+            return await execute_partial(pipe, 7)
 
-        results = await self._store_guard.call(write)
+        results = await self._store_guard.call(write, key=key)
         await self.worker.run(self.worker.indexes.add, meta, vector)
-        excess = int(results[-1]) - config.max_entries
+        excess = int(results[6]) - config.max_entries
         if excess > 0:
             await self._evict(ns, query.scope, excess)
         return "stored"
@@ -298,7 +301,7 @@ class SemanticCache:
         async def pop() -> list:
             return await self._redis.zpopmin(ks.semantic_lru(ns, scope), count)
 
-        popped = await self._store_guard.call(pop)
+        popped = await self._store_guard.call(pop, key=ks.semantic_lru(ns, scope))
         ids = [_text(member) for member, _score in popped]
         if not ids:
             return
@@ -309,9 +312,9 @@ class SemanticCache:
             pipe.zrem(ks.semantic_index(ns), *ids)
             pipe.xadd(ks.EVENTS, {"op": "del", "ns": ns, "ids": ",".join(ids)},
                       maxlen=ks.EVENTS_MAXLEN, approximate=True)
-            return await pipe.execute()
+            return await execute_partial(pipe, 2)
 
-        await self._store_guard.call(delete)
+        await self._store_guard.call(delete, key=ks.semantic_index(ns))
         for eid in ids:
             await self.worker.run(self.worker.indexes.remove, eid)
 
