@@ -19,6 +19,8 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from gateway.cache.lexicon import ENTITY_CLASSES
+
 # Punctuation NFKC leaves alone: CJK and typographic marks, folded to their ASCII counterparts.
 _PUNCT = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u00b4": "'", "`": "'",
@@ -85,16 +87,36 @@ def correct_typos(text: str) -> str:
     if not known:
         return text
 
-    return _LOWER_WORD.sub(lambda m: _correct_word(m.group(0)), text)
+    text = _LOWER_WORD.sub(lambda m: _correct_word(m.group(0)), text)
+    return _NAME_WORD.sub(lambda m: _correct_name(m.group(0)), text)
+
+
+_NAME_WORD = re.compile(r"(?<![\w'-])[A-Z][a-z]{4,}(?![\w'-])")
+
+
+@lru_cache(maxsize=4096)
+def _correct_name(word: str) -> str:
+    """A capitalised word that is no word and no name, one inner edit from exactly one of the lexicon's
+    names: "Thialand" -> "Thailand", "Pyhton" -> "Python". Other capitalised words are left alone."""
+    low = word.lower()
+    if low in _NAMES or low in known_words():
+        return word
+    found = {w for w in _inner_edits(low) if w in _NAMES}
+    return found.pop().capitalize() if len(found) == 1 else word
 
 
 @lru_cache(maxsize=4096)
 def _correct_word(word: str) -> str:
     known = known_words()
-    if word in known:
-        return word
+    if word in known or word in _NAMES:
+        return word  # a name typed lower-case is no typo: "paypal" is not "papal"
     found = {w for w in _inner_edits(word) if w in known}
     return found.pop() if len(found) == 1 else word
+
+
+# The lexicon's names of things (languages, apps, payment methods, drugs, places), single Latin words.
+_NAMES = frozenset(w for things in ENTITY_CLASSES.values() for thing in things for w in thing.split("|")
+                   if w.isascii() and w.isalpha())
 
 
 def _inner_edits(word: str) -> set[str]:

@@ -128,8 +128,12 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "scope"
     if _opposed(a.polar, b.polar, strong_only=not close):
         return "antonym"
-    if _swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _named_reversed(a.named_roles, b.named_roles):
+    voice = _voice(a.tokens, b.tokens) or _voice(b.tokens, a.tokens)
+    if voice == "swapped":
         return "order"
+    if voice is None and (_swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _wh_moved(a.order, b.order)
+                          or _named_reversed(a.named_roles, b.named_roles)):
+        return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
         if edit:
@@ -305,25 +309,34 @@ _ROLE_WORDS = frozenset({"from", "to", "into", "than", "onto", "towards", "towar
                          "below", "over", "under", "against", "instead", "->", "=>"})
 
 
+# Auxiliaries read as one word when comparing what governs a term: "Does the buyer pay" / "Is the buyer".
+_AUXILIARIES = frozenset({"do", "be", "have", "can", "could", "should", "would", "will", "shall", "may", "might",
+                          "must", "need"})
+
+
 def _context(seq: tuple[str, ...], i: int, step: int, other: str) -> str:
     """The word governing seq[i] from one side (step -1: before, +1: after), skipping articles and
-    possessive determiners; the other term of the pair reads "#", the ends "^"."""
+    possessive determiners; the other term of the pair reads "#", auxiliaries "aux", the ends "^"."""
     j = i + step
     while 0 <= j < len(seq) and seq[j] in _CONTEXT_SKIP:
         j += step
     if not 0 <= j < len(seq):
         return "^"
-    return "#" if seq[j] == other else seq[j]
+    word = seq[j]
+    return "#" if word == other else "aux" if word in _AUXILIARIES else word
 
 
 def _roles_exchanged(sa: tuple[str, ...], sb: tuple[str, ...], close: bool) -> bool:
     """Two terms that exchanged the words around them: each now stands where the other stood, with the
     other's verb, preposition or auxiliary before (or after) it, however the rest was reworded: "Does
     vinegar dissolve baking soda" / "Does baking soda dissolve vinegar", "Can a dog eat cat food" / "Can a
-    cat eat dog food", "Is a square a rectangle" / "Is a rectangle a square", "my sister owes me" / "I owe
-    my sister". In close texts, a direction word (from, to, than, before ...) that moved from one term to
-    the other is enough: "flights Madrid to Rome" / "from Rome to Madrid". Fronting a phrase keeps each
-    term's own words and is wording."""
+    cat eat dog food", "my sister owes me" / "I owe my sister", "Does the buyer pay the seller's costs" /
+    "Is the seller responsible for paying the buyer's costs". Where one of the words is the start or end
+    of the text, both sides must be exchanged ("egg boil time" is no swap of "time to boil an egg"). The
+    same middle between them either way round ("celsius to fahrenheit" / "fahrenheit to celsius formula",
+    "X faster than Y") is a swap too. In close texts, a direction word (from, to, than, before ...) that
+    moved from one term to the other is enough: "flights Madrid to Rome" / "from Rome to Madrid". Fronting
+    a phrase keeps each term's own words and is wording."""
     if sa == sb:
         return False
     count_a, count_b = Counter(sa), Counter(sb)
@@ -334,16 +347,90 @@ def _roles_exchanged(sa: tuple[str, ...], sb: tuple[str, ...], close: bool) -> b
             xb, yb = pos_b[x], pos_b[y]
             if xb < yb:
                 continue
-            if _joined(sa, xa, sa[xa + 1:ya]) or _joined(sb, yb, sb[yb + 1:xb]):
+            mid_a, mid_b = sa[xa + 1:ya], sb[yb + 1:xb]
+            if _joined(sa, xa, mid_a) or _joined(sb, yb, mid_b):
                 continue
+            if mid_a == mid_b and len(mid_a) <= 3:
+                return True
+            exchanged = []
             for step in (-1, 1):
                 ax, ay = _context(sa, xa, step, y), _context(sa, ya, step, x)
                 bx, by = _context(sb, xb, step, y), _context(sb, yb, step, x)
-                if ax != ay and ax == by and ay == bx:
-                    return True
+                exchanged.append((ax != ay and ax == by and ay == bx, "^" in (ax, ay)))
                 if close and step == -1 and ((ax in _ROLE_WORDS and ax == by and ax != bx)
                                              or (ay in _ROLE_WORDS and ay == bx and ay != by)):
                     return True
+            if all(ok for ok, _ in exchanged) or any(ok and not edge for ok, edge in exchanged):
+                return True
+    return False
+
+
+# Past participles that do not end in -ed/-en: "bought by", "sold by", "won by".
+_PARTICIPLES = frozenset({"bought", "sold", "built", "made", "won", "paid", "caught", "taught", "hit", "cut",
+                          "found", "held", "led", "told", "sent", "kept", "left", "lost", "met", "owned", "read",
+                          "set", "shot", "put", "run", "brought", "thought", "fought", "sought", "spent", "struck",
+                          "hurt", "beat", "bit", "hung", "dug", "fed", "done", "seen", "known"})
+_BE = frozenset({"is", "are", "was", "were", "be", "been", "being", "get", "gets", "got", "gotten", "am"})
+
+
+def _passive(tokens: tuple[str, ...]) -> tuple[str, str] | None:
+    """(patient, agent) of a passive clause: "Was YouTube bought by Google" -> (youtube, google): a form of
+    "be" (or "get"), a party, a participle, "by", a party. Stems, so that they meet the active text's."""
+    for i in range(2, len(tokens) - 1):
+        if tokens[i] != "by":
+            continue
+        verb = tokens[i - 1]
+        if not (verb in _PARTICIPLES or (len(verb) > 4 and verb.endswith(("ed", "en")))):
+            continue
+        be = next((j for j in range(i - 2, max(-1, i - 7), -1) if tokens[j] in _BE), None)
+        if be is None:
+            continue
+        patient = next((t for t in reversed(tokens[:i - 1]) if _party(t) and t not in _BE), None)
+        agent = next((t for t in tokens[i + 1:] if t not in _CONTEXT_SKIP), None)
+        if patient and agent and _party(agent):
+            return _stem(patient), _stem(agent)
+    return None
+
+
+def _voice(a: tuple[str, ...], b: tuple[str, ...]) -> str | None:
+    """When a is passive and b active with the same two parties: "consistent" when b names the agent first
+    ("Was YouTube bought by Google" / "Did Google buy YouTube"), "swapped" when b names the patient first
+    ("Were the Romans conquered by the Greeks" / "Did the Romans conquer the Greeks"); else None."""
+    roles = _passive(a)
+    if roles is None or _passive(b) is not None:
+        return None
+    stems = [_stem(t) for t in b]
+    patient, agent = roles
+    if stems.count(patient) != 1 or stems.count(agent) != 1:
+        return None
+    i, j = stems.index(patient), stems.index(agent)
+    if j > 0 and b[j - 1] == "by":
+        return None  # "by" in b too: a means, not an agent ("charged by mistake")
+    return "consistent" if j < i else "swapped"
+
+
+_WH = frozenset({"who", "whom", "what", "which", "whose"})
+
+
+def _wh_moved(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """A question about the object against one about the subject: "Which team did the Lakers beat" /
+    "Which team beat the Lakers", "Who does Alice owe" / "Who owes Alice". Both ask with a wh-word; one
+    reads "do X V", the other "V X"."""
+    if not (sa and sb and sa[0] in _WH and sb[0] in _WH):
+        return False
+    return _object_question(sa, sb) or _object_question(sb, sa)
+
+
+def _object_question(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    for i in range(1, min(len(sa) - 2, 4)):
+        if sa[i] == "do" and _party(sa[i + 1]):
+            x, verb = sa[i + 1], sa[i + 2]
+            if "do" in sb[1:i + 2]:
+                return False
+            for j in range(1, len(sb) - 1):
+                if sb[j] == verb and sb[j + 1] == x:
+                    return True
+            return False
     return False
 
 

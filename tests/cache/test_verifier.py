@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import orjson
 import pytest
 
 from gateway.cache.embedder import MiniLMEmbedder
 from gateway.cache.verifier import verify
 from tests.cache.labelled import HOLDOUT, IN_SAMPLE, evaluate, load_pairs, similarities
+
+PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.jsonl"
 
 
 @pytest.mark.parametrize(("a", "b", "reason"), [
@@ -49,6 +54,65 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    # two terms exchanging the words that govern them, however the rest reads
+    ("Does vinegar dissolve baking soda?", "Does baking soda dissolve vinegar?", "order"),
+    ("Is a square a rectangle?", "Is a rectangle a square?", "order"),  # a copula is no symmetric joint
+    ("My sister owes me money", "I owe my sister money", "order"),
+    ("Does the buyer pay the seller's closing costs?",
+     "Is the seller responsible for paying the buyer's closing costs?", "order"),
+    ("How do I convert Celsius to Fahrenheit?", "fahrenheit to celsius formula", "order"),  # same middle
+    ("Can you replace butter with oil in brownies?", "Can you replace oil with butter in brownies?", "order"),
+    # active and passive with the parties kept in place; object and subject questions
+    ("Did the Romans conquer the Greeks?", "Were the Romans conquered by the Greeks?", "order"),
+    ("Is Instagram owned by Facebook?", "Does Instagram own Facebook?", "order"),
+    ("Who did Federer beat in the final?", "Who beat Federer in the final?", "order"),
+    # a word replaced by one the text already has; kin words on one side of an axis
+    ("Does the vaccine protect the mother or the baby more, the mother?",
+     "Does the vaccine protect the mother or the baby more, the baby?", "content"),
+    ("Who is the father of Luke Skywalker?", "Who is the son of Luke Skywalker?", "content"),
+    # actions are content words; "how" is not "why"
+    ("How do I read a file in Python?", "How do I write a file in Python?", "scope"),  # "write" also only asks
+    ("how to plan a wedding", "how to cancel a wedding", "content"),
+    ("Explain how vaccines work", "Explain why vaccines work", "scope"),
+])
+def test_general_order_and_action_traps_are_rejected(a: str, b: str, reason: str) -> None:
+    assert verify(a, b).reason == reason
+    assert verify(b, a).reason == reason
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Did Google buy YouTube?", "Was YouTube bought by Google?"),  # the passive of the same question
+    ("Is Instagram owned by Facebook?", "Does Facebook own Instagram?"),
+    ("time to boil an egg", "egg boil time"),  # one end of the text is no exchanged role by itself
+    ("How to check laptop battery health", "how to check the health of my laptop battery"),  # "how to" is no direction
+    ("What's the exchange rate from USD to EUR?", "usd to eur exchange rate"),
+    ("Is it safe to take ibuprofen with coffee?", "Can I safely take ibuprofen with coffee?"),
+    ("How many ounces are in a pound?", "How many oz in a pound?"),
+    ("How do I fix a leaking tap?", "How do I repair a leaking tap?"),  # synonyms of one action
+    ("Write a haiku about autumn leaves.", "Compose a haiku about autumn leaves."),
+    ("How can I view my bill?", "Where can I see my bill?"),
+    ("Do you accept PayPal?", "do you accept paypal"),  # a name typed lower-case is no typo ("papal")
+    ("What vaccines do I need for Thailand?", "What vaccines do I need for Thialand?"),  # a name's typo
+])
+def test_rewordings_around_the_general_rules_pass(a: str, b: str) -> None:
+    assert verify(a, b).ok, verify(a, b)
+    assert verify(b, a).ok, verify(b, a)
+
+
+def test_probe_pairs_written_by_us() -> None:
+    """tests/data/verifier_probes.jsonl: 300 pairs we wrote ourselves to probe the rules in general form
+    (swapped roles in many syntaxes, antonyms, numbers, qualifiers, and rewordings that reorder), not drawn
+    from the evaluation set. Verifier only: every trap turned down, every rewording passed, both ways."""
+    wrong = []
+    for line in PROBES.read_text(encoding="utf-8").splitlines():
+        pair = orjson.loads(line)
+        verdicts = (verify(pair["a"], pair["b"]).ok, verify(pair["b"], pair["a"]).ok)
+        if verdicts != (pair["same"], pair["same"]):
+            wrong.append((pair["kind"], pair["a"], pair["b"]))
+    assert not wrong
 
 
 @pytest.fixture(scope="module")
