@@ -197,10 +197,14 @@ _POLAR_AXES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gain": (("profit", "profits", "income", "revenue", "credit"), ("loss", "losses", "expense", "expenses",
                                                                   "cost", "debit")),
     "love": (("love", "loves", "favorite", "favourite"), ("hate", "hates", "dislike", "dislikes")),
+    "into": (("into",), ("out of",)),
+    "login": (("log in", "login", "sign in", "signin", "logged in", "signed in", "opt in", "log on", "plug in"),
+              ("log out", "logout", "sign out", "signout", "logged out", "signed out", "opt out", "log off",
+               "unplug")),
 }
 # Axes whose words are rare and specific enough that taking opposite sides is a different question even
 # between loose rewordings (upload / download); the others count only between close texts.
-STRONG_AXES = frozenset({"flow", "crypt", "install", "trade", "switch", "arrive", "allow"})
+STRONG_AXES = frozenset({"flow", "crypt", "install", "trade", "switch", "arrive", "allow", "login"})
 # Persons of pronouns: who does what to whom ("she sends me" / "I send her") between close texts. "you" is
 # left out: "can you ..." is a way of asking, not a party.
 EN_PERSON: dict[str, int] = {**dict.fromkeys(("i", "me", "my", "mine", "myself", "we", "us", "our", "ours"), 1),

@@ -575,6 +575,8 @@ def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str |
         if op == "equal":
             continue
         seg_a, seg_b = a[i1:i2], b[j1:j2]
+        if op == "replace" and len(seg_a) == len(seg_b) == 1 and {seg_a[0], seg_b[0]} in _CONVERSE:
+            return "order"  # "translate it to French" / "... from French"
         if op == "replace":
             persons_a = {p for w in seg_a if (p := lx.EN_PERSON.get(w))}
             persons_b = {p for w in seg_b if (p := lx.EN_PERSON.get(w))}
@@ -626,6 +628,11 @@ def _stem(word: str) -> str:
     if len(word) >= 4 and word.endswith("e"):
         word = word[:-1]
     return word
+
+
+# Direction words that, put one for the other, turn the direction round.
+_CONVERSE = tuple(frozenset(p) for p in (("to", "from"), ("into", "from"), ("towards", "from"), ("toward", "from"),
+                                         ("onto", "off"), ("above", "below"), ("over", "under")))
 
 
 def _canon(word: str) -> str:

@@ -77,6 +77,9 @@ def test_same_meaning_passes(a: str, b: str) -> None:
     ("How do I read a file in Python?", "How do I write a file in Python?", "scope"),  # "write" also only asks
     ("how to plan a wedding", "how to cancel a wedding", "content"),
     ("Explain how vaccines work", "Explain why vaccines work", "scope"),
+    # a direction turned round by its converse word
+    ("Translate 'thank you' to French", "Translate 'thank you' from French", "order"),
+    ("How do I log in?", "How do I log out?", "antonym"),
 ])
 def test_general_order_and_action_traps_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
