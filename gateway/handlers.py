@@ -194,15 +194,23 @@ async def _relay_stream(
             await response.prepare(request)
             request[PREPARED] = response
             out = CoalescingWriter(response)
-            chunk: dict | None = first
+            include_usage = ctx.include_usage
+
+            def take(chunk: dict) -> bytes | None:
+                """Fold the chunk into the answer; its event for the client (None: usage it did not ask for)."""
+                nonlocal ttft
+                assembler.add(chunk)
+                choices = chunk.get("choices")
+                if ttft is None and choices:
+                    ttft = time.perf_counter() - ctx.started
+                return sse_event(chunk) if include_usage or choices or not chunk.get("usage") else None
+
             try:
-                while chunk is not None:
-                    assembler.add(chunk)
-                    if ttft is None and chunk.get("choices"):
-                        ttft = time.perf_counter() - ctx.started
-                    if ctx.include_usage or chunk.get("choices") or not chunk.get("usage"):
-                        await out.add(sse_event(chunk))
-                    chunk = await anext(stream, None)
+                if (data := take(first)) is not None:
+                    await out.add(data)
+                async for chunk in stream:  # `async for`, not anext(stream, None): one wrapper less per chunk
+                    if (data := take(chunk)) is not None:
+                        await out.add(data)
             except BackendError as e:
                 # Headers are gone: report in-band the way OpenAI does, and end without [DONE]. Chunks of the
                 # wrong shape are BackendErrors already (checked at the backend edge); anything else raised
@@ -226,11 +234,12 @@ async def _relay_stream(
         for stage in stages:
             await stage.after(ctx, completion)
     if ttft is not None:
-        gw.metrics.ttft.labels(route.name).observe(ttft)
+        ttft_hist, tpot_hist = gw.metrics.stream_timings(route.name)
+        ttft_hist.observe(ttft)
         usage = completion.get("usage") or {}
         n_out = usage.get("completion_tokens") or assembler.chunks
         if n_out > 1:
-            gw.metrics.tpot.labels(route.name).observe((time.perf_counter() - ctx.started - ttft) / (n_out - 1))
+            tpot_hist.observe((time.perf_counter() - ctx.started - ttft) / (n_out - 1))
     await gw.account(ctx, name, completion.get("usage"))
     return response
 

@@ -24,6 +24,22 @@ RELOAD_RESULTS = ("ok", "error")
 CLIENT_ERROR_STATUSES = frozenset({400, 404, 413, 422})
 
 
+class Inflight:
+    """An in-flight count read by its gauge at scrape time: inc/dec are plain int steps on the request path
+    instead of a locked gauge update each (the event loop is the only writer)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def inc(self) -> None:
+        self.n += 1
+
+    def dec(self) -> None:
+        self.n -= 1
+
+
 class Metrics:
     """Every gateway metric. Subsystems that need more register them on `self.registry`."""
 
@@ -81,6 +97,8 @@ class Metrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
         self._children: dict[tuple, tuple] = {}
+        self._stream_children: dict[str, tuple] = {}
+        self._inflight: dict[str, Inflight] = {}
 
     def prepare(self, policy: Policy) -> None:
         """Create every label set the policy makes known (at start-up and on each policy apply)."""
@@ -125,6 +143,22 @@ class Metrics:
             )
         pair[0].inc()
         pair[1].observe(seconds)
+
+    def inflight(self, backend: str) -> Inflight:
+        """The in-flight count of `backend`, shared by every object that calls for that backend (a reloaded
+        backend keeps counting the requests its predecessor still has in flight)."""
+        count = self._inflight.get(backend)
+        if count is None:
+            count = self._inflight[backend] = Inflight()
+            self.backend_inflight.labels(backend).set_function(lambda: count.n)
+        return count
+
+    def stream_timings(self, route: str) -> tuple:
+        """The (ttft, tpot) histogram children of a route, resolved once per route."""
+        pair = self._stream_children.get(route)
+        if pair is None:
+            pair = self._stream_children[route] = (self.ttft.labels(route), self.tpot.labels(route))
+        return pair
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,7 +16,8 @@ def sse_event(chunk: dict) -> bytes:
 
 
 class _ChoiceState:
-    __slots__ = ("index", "role", "content", "refusal", "tool_calls", "finish_reason", "logprobs", "text")
+    __slots__ = ("index", "role", "content", "refusal", "tool_calls", "finish_reason", "logprobs", "text",
+                 "reasoning", "thinking_blocks")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -27,6 +28,10 @@ class _ChoiceState:
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.logprobs: list[dict] | None = None
+        # Reasoning models' extras (vLLM/DeepSeek `reasoning_content`, LiteLLM's signed `thinking_blocks` from
+        # Anthropic): kept, so a cached or assembled answer still has them and a client can send them back.
+        self.reasoning: list[str] = []
+        self.thinking_blocks: list[Any] = []
 
 
 class StreamAssembler:
@@ -76,6 +81,12 @@ class StreamAssembler:
             st.content.append(delta["content"])
         if delta.get("refusal"):
             st.refusal.append(delta["refusal"])
+        reasoning = delta.get("reasoning_content")
+        if reasoning and isinstance(reasoning, str):
+            st.reasoning.append(reasoning)
+        blocks = delta.get("thinking_blocks")
+        if blocks and isinstance(blocks, list):  # each delta carries whole blocks (signature included)
+            st.thinking_blocks.extend(blocks)
         for tc in delta.get("tool_calls") or ():
             slot = st.tool_calls.setdefault(
                 tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
@@ -109,6 +120,10 @@ class StreamAssembler:
             message: dict[str, Any] = {"role": st.role, "content": "".join(st.content) if st.content else None}
             if st.refusal:
                 message["refusal"] = "".join(st.refusal)
+            if st.reasoning:
+                message["reasoning_content"] = "".join(st.reasoning)
+            if st.thinking_blocks:
+                message["thinking_blocks"] = st.thinking_blocks
             if st.tool_calls:
                 message["tool_calls"] = [st.tool_calls[i] for i in sorted(st.tool_calls)]
             choices.append({"index": idx, "message": message, "logprobs": lp, "finish_reason": st.finish_reason})
@@ -162,6 +177,9 @@ def completion_to_chunks(completion: dict, include_usage: bool) -> list[dict]:
         delta: dict[str, Any] = {"role": msg.get("role", "assistant"), "content": msg.get("content") or ""}
         if msg.get("refusal"):
             delta["refusal"] = msg["refusal"]
+        for extra in ("reasoning_content", "thinking_blocks"):  # replayed as one delta, like the content
+            if msg.get(extra):
+                delta[extra] = msg[extra]
         if msg.get("tool_calls"):
             delta["tool_calls"] = [{"index": i, **tc} for i, tc in enumerate(msg["tool_calls"])]
         chunks.append({**base, "choices": [{"index": idx, "delta": delta, "logprobs": choice.get("logprobs"),

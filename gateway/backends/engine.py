@@ -52,7 +52,7 @@ class EngineBackend:
         self.replica_set: ReplicaSet | None = None
         self._tokenizer: Tokenizer | None = None
         self._hash_blocks: Any = None
-        self._inflight = metrics.backend_inflight.labels(config.name)
+        self._inflight = metrics.inflight(config.name)
 
     # --- lifecycle --------------------------------------------------------------------------------------
 

@@ -79,30 +79,36 @@ class OpenAIBackend:
         return self._stream("/completions", body, timeouts)
 
     async def _stream(self, path: str, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
-        events = self.http.stream_events(path, self._payload(body, True), timeouts, _is_done)
+        batches = self.http.stream_batches(path, self._payload(body, True), timeouts, _is_done)
         yielded = False
-        async with aclosing(events):
-            async for event in events:
-                if event.data == DONE:
-                    continue  # the iterator ends right after it, having drained the body
-                try:
-                    chunk = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    raise self.http.fail(BackendError(
-                        "protocol", f"upstream sent an event that is not JSON: {event.data[:200]!r}", 502,
-                        retryable=not yielded)) from None
-                if not isinstance(chunk, dict):
-                    raise self.http.fail(BackendError("protocol", "upstream sent an event that is not an "
-                                                      "object", 502, retryable=not yielded))
-                err = chunk.get("error")
-                if err is not None:
-                    raise self.http.fail(_stream_error(err, yielded))
-                problem = chunk_problem(chunk)
-                if problem is not None:
-                    raise self.http.fail(BackendError("protocol", f"upstream {self.name} sent a malformed stream "
-                                                      f"chunk: {problem}", 502, retryable=not yielded))
-                yielded = True
-                yield chunk
+        async with aclosing(batches):
+            async for batch in batches:
+                for event in batch:
+                    if event.data == DONE:
+                        continue  # the iterator ends right after it, having drained the body
+                    chunk = self._chunk(event, yielded)
+                    yielded = True
+                    yield chunk
+
+    def _chunk(self, event: SSEEvent, yielded: bool) -> dict:
+        """One event's chunk, shape-checked (the gateway past this point trusts it)."""
+        try:
+            chunk = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            raise self.http.fail(BackendError(
+                "protocol", f"upstream sent an event that is not JSON: {event.data[:200]!r}", 502,
+                retryable=not yielded)) from None
+        if not isinstance(chunk, dict):
+            raise self.http.fail(BackendError("protocol", "upstream sent an event that is not an object", 502,
+                                              retryable=not yielded))
+        err = chunk.get("error")
+        if err is not None:
+            raise self.http.fail(_stream_error(err, yielded))
+        problem = chunk_problem(chunk)
+        if problem is not None:
+            raise self.http.fail(BackendError("protocol", f"upstream {self.name} sent a malformed stream chunk: "
+                                              f"{problem}", 502, retryable=not yielded))
+        return chunk
 
     async def list_models(self) -> list[str]:
         return await self.http.list_models("/models", self.config.models)

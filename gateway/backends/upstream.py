@@ -11,9 +11,11 @@ import asyncio
 import email.utils
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from gateway.backends.base import BackendError, Timeouts
 from gateway.backends.sse import SSEEvent, SSEParser, SSEProtocolError
@@ -92,9 +94,12 @@ class HTTPUpstream:
         self._headers = {"Content-Type": "application/json", **headers}
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
-        self._inflight = metrics.backend_inflight.labels(name)
+        self._inflight = metrics.inflight(name)
         self._metrics = metrics
         self._envelope = envelope
+        # Built once, not per request: aiohttp re-parses a str URL and each ClientTimeout is a new object.
+        self._urls: dict[str, URL] = {}
+        self._client_timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
 
     async def start(self) -> None:
         if self._session is None or self._session.closed:
@@ -170,7 +175,18 @@ class HTTPUpstream:
     async def stream_events(
         self, path: str, payload: bytes, timeouts: Timeouts, is_terminal: Callable[[SSEEvent], bool]
     ) -> AsyncIterator[SSEEvent]:
-        """POST and yield SSE events as their bytes arrive, the terminal one included; then end.
+        """`stream_batches`, one event at a time."""
+        batches = self.stream_batches(path, payload, timeouts, is_terminal)
+        async with aclosing(batches):
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    async def stream_batches(
+        self, path: str, payload: bytes, timeouts: Timeouts, is_terminal: Callable[[SSEEvent], bool]
+    ) -> AsyncIterator[list[SSEEvent]]:
+        """POST and yield the SSE events of each upstream read as they arrive (one list per read, so a
+        consumer pays one generator step per read, not per event), the terminal one included; then end.
 
         The first event must come within `first_byte` of the start. Ending before the terminal event raises
         BackendError("protocol"). Closing this iterator early closes the upstream connection at once, so the
@@ -191,15 +207,15 @@ class HTTPUpstream:
                     raise self.fail(self._timeout(f"no first event within {timeouts.first_byte}s", True)) from None
                 raise self.fail(self._timeout(f"total timeout of {timeouts.total}s", True)) from None
             while pending:
-                for event in pending:
+                for i, event in enumerate(pending):
                     if is_terminal(event):
                         yielded = True
-                        yield event
+                        yield pending[:i + 1]
                         await self._drain(resp)
                         resp = None
                         return
-                    yielded = True
-                    yield event
+                yielded = True
+                yield pending
                 pending = await self._next_events(resp, parser, timeouts, yielded)
             raise self.fail(BackendError("protocol", "upstream closed the stream before it finished", 502,
                                          retryable=not yielded))
@@ -250,8 +266,13 @@ class HTTPUpstream:
         if self._session is None:
             await self.start()
         assert self._session is not None
-        url = self.base_url + path
-        timeout = aiohttp.ClientTimeout(total=timeouts.total, sock_connect=timeouts.connect)
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = URL(self.base_url + path)
+        timeout = self._client_timeouts.get((timeouts.total, timeouts.connect))
+        if timeout is None:
+            timeout = self._client_timeouts[(timeouts.total, timeouts.connect)] = aiohttp.ClientTimeout(
+                total=timeouts.total, sock_connect=timeouts.connect)
         for attempt in (1, 2):
             try:
                 async with asyncio.timeout(timeouts.first_byte if guarded else None) as first_byte:

@@ -36,6 +36,7 @@ class LeanGet(asyncio.Protocol):
         self._kw = kwargs
         self._transport: asyncio.Transport | None = None
         self._waiters: deque[asyncio.Future] = deque()
+        self._out: list[bytes] = []  # commands queued in this loop turn, written together by _flush
         self._reader = hiredis.Reader()
         self._connecting: asyncio.Future | None = None
 
@@ -62,10 +63,23 @@ class LeanGet(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             raise RedisConnectionError("lean get: connection lost")
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self._waiters.append(fut)
-        transport.write(data)
+        # One socket write per loop turn for every GET queued in it: a write is a syscall, and under load
+        # dozens of lookups start in the same turn. The order of `_waiters` is the order of `_out`.
+        self._out.append(data)
+        if len(self._out) == 1:
+            loop.call_soon(self._flush)
         return fut
+
+    def _flush(self) -> None:
+        data = b"".join(self._out)
+        self._out.clear()
+        transport = self._transport
+        if not data or transport is None or transport.is_closing():
+            return  # connection_lost fails every waiter, these included
+        transport.write(data)
 
     async def _connect(self) -> None:
         if self._connecting is not None:  # one connect shared by everyone who arrives meanwhile
@@ -113,6 +127,7 @@ class LeanGet(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._out.clear()
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():

@@ -110,9 +110,12 @@ class CacheStage:
         self._batch = Histogram("gateway_cache_embed_batch_size", "Texts per embedding call",
                                 buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.worker.on_batch = self._batch.observe
-        for layer, results in LOOKUP_RESULTS.items():  # every label set exists at 0 before its first event
-            for result in results:
-                self.metrics.cache_lookups.labels(layer, result)
+        # Every label set exists at 0 before its first event; the children are resolved once here, since
+        # `labels()` costs a lock and a dict build on every lookup of the hot path.
+        self._lookup_counts = {(layer, result): self.metrics.cache_lookups.labels(layer, result)
+                               for layer, results in LOOKUP_RESULTS.items() for result in results}
+        self._lookup_seconds = {layer: self.metrics.cache_lookup_seconds.labels(layer) for layer in LOOKUP_RESULTS}
+        self._saved_tokens = self.metrics.tokens.labels("saved_by_cache")
         for layer, results in STORE_RESULTS.items():
             for result in results:
                 self._stores.labels(layer, result)
@@ -227,11 +230,11 @@ class CacheStage:
                 deleted += await self._purge_exact(ns)
                 deleted += await self.semantic.purge_namespace(ns)
                 await self._redis.srem(ks.NAMESPACES, member)
+            if tenant is None and model is None:
+                deleted += await self._purge_unlisted()
             return deleted
         except (RedisError, OSError) as e:
             raise _unavailable(e) from e
-            if tenant is None and model is None:
-                deleted += await self._purge_unlisted()
 
     async def stats(self) -> dict:
         now = time.time()
@@ -392,7 +395,7 @@ class CacheStage:
         usage = completion.get("usage") or {}
         saved = usage.get("total_tokens") or 0
         if saved:
-            self.metrics.tokens.labels("saved_by_cache").inc(saved)
+            self._saved_tokens.inc(saved)
         prefix = "cmpl" if ctx.endpoint == "completions" else "chatcmpl"  # OpenAI's id prefixes per endpoint
         return {**completion, "id": f"{prefix}-{ctx.request_id}", "created": int(time.time())}
 
@@ -414,7 +417,14 @@ class CacheStage:
 
     def _observe(self, layer: str, result: str, t0: float) -> None:
         self._count(layer, result)
-        self.metrics.cache_lookup_seconds.labels(layer).observe(time.perf_counter() - t0)
+        self._lookup_seconds[layer].observe(time.perf_counter() - t0)
+
+    def _count(self, layer: str, result: str) -> None:
+        self.counts[(layer, result)] += 1
+        child = self._lookup_counts.get((layer, result))
+        if child is None:  # a result not listed in LOOKUP_RESULTS: resolved (and kept) on first use
+            child = self._lookup_counts[(layer, result)] = self.metrics.cache_lookups.labels(layer, result)
+        child.inc()
 
     async def _purge_unlisted(self) -> int:
         """What the namespace set does not list (its master lost a write in a failover, say): SCAN every master
@@ -432,10 +442,6 @@ class CacheStage:
                 await self._redis.delete(*keys[start:start + 512])
             deleted += sum(1 for k in keys if ks.is_entry(k))
         return deleted
-
-    def _count(self, layer: str, result: str) -> None:
-        self.counts[(layer, result)] += 1
-        self.metrics.cache_lookups.labels(layer, result).inc()
 
     async def _purge_exact(self, ns: str) -> int:
         digests = [d.decode() if isinstance(d, bytes) else d for d in await self._redis.zrange(ks.exact_index(ns), 0, -1)]

@@ -68,3 +68,23 @@ def test_replay_then_assemble_round_trips() -> None:
     assert again == completion
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert "usage" not in completion_to_chunks(completion, include_usage=False)[-1]
+
+
+def test_reasoning_deltas_are_kept_and_replayed() -> None:
+    """`reasoning_content` pieces (vLLM, DeepSeek, Anthropic thinking) and signed `thinking_blocks` survive
+    assembly (what the cache stores and a non-stream view shows) and come back in a replay."""
+    block = {"type": "thinking", "thinking": "Sky: Rayleigh.", "signature": "sig-1"}
+    a = StreamAssembler()
+    for c in [chunk({"role": "assistant", "content": "", "reasoning_content": "Sky: "}),
+              chunk({"reasoning_content": "Rayleigh."}), chunk({"thinking_blocks": [block]}),
+              chunk({"content": "Blue."}), chunk(finish="stop")]:
+        a.add(c)
+    a.finish()
+    message = a.result()["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": "Blue.", "reasoning_content": "Sky: Rayleigh.",
+                       "thinking_blocks": [block]}
+    replayed = StreamAssembler()
+    for c in completion_to_chunks(a.result(), include_usage=False):
+        replayed.add(c)
+    replayed.finish()
+    assert replayed.result() == a.result()

@@ -1,0 +1,57 @@
+"""A timeout for millisecond budgets that does not count the event loop's own lag against the awaited call.
+
+`asyncio.timeout(0.005)` measures wall time. On a busy gateway one turn of the loop (every ready callback of
+every request in flight) can take longer than 5 ms, so a Redis reply that sits in the socket buffer after
+0.1 ms is still "late": the timer fires in the same turn the reply would have been read, the lookup becomes a
+miss, five of those open the breaker, and the cache switches itself off exactly when the gateway is busiest.
+
+`LoopTimeout` fires only once the delay has passed *and* the loop has polled for I/O a few more times since: a
+reply that had arrived is read (and wins) first, while a Redis that really is slow or gone still fails within
+the delay plus a few turns. Semantics otherwise follow `asyncio.timeout`: the body is cancelled and the
+context raises TimeoutError; a cancellation from elsewhere passes through untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+# Turns of the loop granted after the delay: one for the poll that reads a reply already in the buffer, one
+# for the callbacks it queued, one so the awaiting task's wake-up (queued by those) runs before the cancel.
+GRACE_TURNS = 3
+
+
+class LoopTimeout:
+    __slots__ = ("_delay", "_loop", "_task", "_handle", "_expired", "_cancelling")
+
+    def __init__(self, delay: float) -> None:
+        self._delay = delay
+        self._expired = False
+
+    async def __aenter__(self) -> LoopTimeout:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("LoopTimeout must be used inside a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.Handle = self._loop.call_later(self._delay, self._turn, GRACE_TURNS)
+        return self
+
+    def _turn(self, left: int) -> None:
+        # Each call_soon hop lands in the next turn of the loop, after that turn's I/O poll.
+        if left:
+            self._handle = self._loop.call_soon(self._turn, left - 1)
+            return
+        self._expired = True
+        self._task.cancel()
+
+    def expired(self) -> bool:
+        return self._expired
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._handle.cancel()
+        if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
