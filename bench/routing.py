@@ -8,8 +8,12 @@ per replica.
 
 fakes: two dozen users over three shared system prompts, six turns each, eight turns in flight; each fake
 keeps --capacity (200) blocks of 16 tokens (tests/fakes/prefix_cache_server.py) and prefills one request at a time.
-engine: 12 users over 4 shared system prompts, 4 turns each, concurrency 4, SmolLM2-135M replicas spawned by
-this script (`llm-gateway engine`, one torch thread each), the gateway in this process.
+engine: 12 users over 4 shared system prompts, 4 turns each, at concurrency 1 and 4 (--concurrency), SmolLM2-135M
+replicas spawned by this script (`llm-gateway engine`, one torch thread each), the gateway in this process. On
+2 cores a strategy takes about a minute at C=4 and two at C=1: under the shared lock, run one concurrency at a
+time (and at C=1 prefix_aware on its own, `--strategies prefix_aware`) to stay under five minutes a run.
+The route's strategy picks the engine pool's replica (weighted: uniformly at random). --choice-log FILE writes
+why each prefix-aware request went where (gateway.routing.prefix at DEBUG).
 Replicas start afresh for every strategy, so no strategy inherits another's caches.
 """
 
