@@ -95,6 +95,8 @@ class RedisGuard:
         if breaker.is_open():
             if asyncio.iscoroutine(op):
                 op.close()  # never awaited: close it so no warning is raised
+            if self._cluster is not None:
+                self._cluster.refresh_soon()  # the slots may have moved to a promoted replica since it opened
             raise RedisUnavailable(f"{self.component}{_at(node)}: circuit open")
         probe = breaker.tripped
         breaker.probing = probe
