@@ -67,6 +67,8 @@ def request_for(i: int) -> tuple[str, bytes, str]:
         text += " " + CUT_MARK
     body = {"model": "soak-cached" if kind == "cached" else "soak-model",
             "messages": [{"role": "user", "content": text}], "stream": kind in ("stream", "cut", "drop")}
+    if kind == "cached":
+        body["temperature"] = 0  # the exact cache stores deterministic requests only
     return kind, orjson.dumps(body), "echo: " + text
 
 
@@ -307,7 +309,8 @@ def main() -> None:
             alive = gw.poll() is None
             metrics = metrics_lines(url) if alive else []
             log.close()
-            warnings = (Path(tmp) / "gateway.log").read_text(errors="replace").count("WARNING")
+            log_text = (Path(tmp) / "gateway.log").read_text(errors="replace")
+            warnings = (log_text.count("WARNING"), log_text.count("rate limits decided by this process alone"))
         finally:
             for p in procs:
                 p.terminate()
@@ -315,7 +318,9 @@ def main() -> None:
     report(result, alive, metrics, warnings, args)
 
 
-def report(result: dict, alive: bool, metrics: list[str], warnings: int, args: argparse.Namespace) -> None:
+def report(
+    result: dict, alive: bool, metrics: list[str], warnings: tuple[int, int], args: argparse.Namespace
+) -> None:
     outcomes: Counter = result["outcomes"]
     answered = sum(outcomes.values())
     lost = sum(v for k, v in outcomes.items() if ":lost" in k)
@@ -328,7 +333,8 @@ def report(result: dict, alive: bool, metrics: list[str], warnings: int, args: a
         print(f"  {key:32} {value:8}")
     print(f"responses {answered} of {result['sent']} sent; lost {lost}; garbled {garbled}; gateway alive: {alive}")
     print(f"gateway RSS MiB: start {rss['start'] / 1024:.1f}, middle {rss.get('middle', 0) / 1024:.1f}, "
-          f"end {rss['end'] / 1024:.1f}; WARNING lines in its log: {warnings}")
+          f"end {rss['end'] / 1024:.1f}; WARNING lines in its log: {warnings[0]}, of them about local limit "
+          f"decisions: {warnings[1]}")
     for line in metrics:
         print("  " + line)
     if lost or garbled or not alive or answered != result["sent"]:
