@@ -139,7 +139,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         if edit:
             return edit
     if a.cjk_core and b.cjk_core:
-        if _cjk_reordered(a.cjk_plain, b.cjk_plain):
+        if _cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core):
             return "order"
         if close:
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -677,6 +677,38 @@ def _cjk_reordered(a: str, b: str) -> bool:
             x, middle, y = ma[:i], ma[i:n - j], ma[n - j:]
             if mb == y + middle + x and x != y and any(c in lx.ZH_RELATION for c in middle):
                 return True
+    return False
+
+
+_ZH_JOINTS = frozenset("和与跟同或及、还是")
+_CJK_EXCHANGE_MAX = 80
+
+
+def _cjk_exchanged(a: str, b: str) -> bool:
+    """Two terms (one or two characters each, once in each text) around the same middle, X M Y in one
+    text and Y M X in the other, whatever else was reworded: 公司拖欠员工工资 / 员工拖欠公司钱, 狗可以吃猫粮 /
+    猫能不能吃狗粮 (question words and modal verbs are already out of these texts). A middle of joints
+    (和, 与, 或, 还是) is symmetric."""
+    if a == b or not 3 <= len(a) <= _CJK_EXCHANGE_MAX or not 3 <= len(b) <= _CJK_EXCHANGE_MAX:
+        return False  # a question, not a paragraph (each look-up counts in both texts)
+    def unique(t: str) -> bool:
+        return bool(t) and _CJK.match(t[0]) is not None and a.count(t) == 1 and b.count(t) == 1
+
+    for i in range(len(a)):
+        for nx in (1, 2):
+            x = a[i:i + nx]
+            if len(x) < nx or not unique(x):
+                continue
+            for m in range(1, 5):  # the middle right after x, then y right after the middle
+                middle = a[i + nx:i + nx + m]
+                if len(middle) < m:
+                    break
+                if set(middle) <= _ZH_JOINTS:
+                    continue
+                for ny in (1, 2):
+                    y = a[i + nx + m:i + nx + m + ny]
+                    if len(y) == ny and not set(x) & set(y) and unique(y) and y + middle + x in b:
+                        return True
     return False
 
 

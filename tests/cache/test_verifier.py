@@ -80,6 +80,9 @@ def test_same_meaning_passes(a: str, b: str) -> None:
     # a direction turned round by its converse word
     ("Translate 'thank you' to French", "Translate 'thank you' from French", "order"),
     ("How do I log in?", "How do I log out?", "antonym"),
+    # Chinese parties around the same middle, the rest reworded
+    ("狗可以吃猫粮吗？", "猫能不能吃狗粮", "order"),
+    ("公司拖欠员工工资怎么办", "员工拖欠公司钱怎么办", "order"),
 ])
 def test_general_order_and_action_traps_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
