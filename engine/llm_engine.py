@@ -97,7 +97,8 @@ class LLMEngine:
             grammar = runtime, runtime.compile(params.guided)  # UnsupportedGrammarError is a ValueError
         seqs = []
         for index in range(params.n):
-            detok = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop)
+            detok = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop,
+                                          params.stop_repeated_items)
             seq = Sequence(request_id, index, prompt_token_ids, params, self.config.block_size, max_len, detok)
             if grammar is not None:
                 seq.matcher = grammar[0].matcher(grammar[1])

@@ -21,6 +21,9 @@ class SamplingParams:
     logprobs: int | None = None  # number of top alternatives per token (0 = only the chosen token)
     n: int = 1
     guided: GuidedSpec | None = None  # constrained decoding: the output must match this grammar
+    # The output is a JSON array (parallel forced tool calls): end it with "stop" when a whole item repeats an
+    # earlier one, closing the array before the repeat (small models otherwise repeat a call until max_tokens).
+    stop_repeated_items: bool = False
 
     def validate(self) -> None:
         """Raise ValueError with a message fit for a 400 response."""

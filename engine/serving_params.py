@@ -458,6 +458,8 @@ def prepare_chat(body: Any, tokenizer: Tokenizer, max_model_len: int, served_mod
     tools = _tools(body)
     guided, tool_call = _guided(body, "chat", tools, check_grammar)
     params, want_logprobs = sampling_params(body, "chat", tokenizer.vocab_size, guided)
+    # Parallel forced calls: a small model repeats its call until max_tokens; a repeat ends the array instead.
+    params.stop_repeated_items = tool_call is not None and tool_call.kind == "required" and tool_call.parallel
     stream, include_usage = _stream_flags(body)
     # tool_choice "none": the model is not shown tools it may not call (past calls still render).
     shown = tools if body.get("tool_choice") != "none" else None

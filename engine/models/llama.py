@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.attention import AttentionMetadata, FlashPagedAttention, TorchPagedAttention
+from engine.layers.attention import (
+    AttentionMetadata,
+    FlashPagedAttention,
+    GatherWorkspace,
+    TorchPagedAttention,
+)
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
 from engine.models.config import ModelConfig
@@ -104,8 +109,14 @@ class LlamaForCausalLM(nn.Module):
             layer.self_attn.k_cache, layer.self_attn.v_cache = k, v
 
     def set_attention(self, make: type[TorchPagedAttention] | type[FlashPagedAttention]) -> None:
+        scale = self.config.head_dim**-0.5
+        if make is TorchPagedAttention:
+            workspace = GatherWorkspace()  # layers run one after another, so one gather buffer serves all
+            for layer in self.layers:
+                layer.self_attn.attn = TorchPagedAttention(scale, workspace)
+            return
         for layer in self.layers:
-            layer.self_attn.attn = make(self.config.head_dim**-0.5)
+            layer.self_attn.attn = make(scale)
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Copy HF-named tensors in, fusing q/k/v and gate/up; a missing or unexpected name is an error."""

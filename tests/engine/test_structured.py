@@ -136,6 +136,17 @@ def test_required_tool_call(client: openai.OpenAI, stream: bool, parallel: bool)
         jsonschema.validate(json.loads(call["arguments"]), schemas[call["name"]])
 
 
+def test_parallel_required_calls_end_at_a_repeat(client: openai.OpenAI) -> None:
+    """SmolLM2 allowed parallel calls repeats its call; the repeat ends the array with "tool_calls" well
+    before max_tokens, and no call comes back twice."""
+    r = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, tool_choice="required",
+                                       temperature=0, max_tokens=400)
+    calls = [(c.function.name, json.loads(c.function.arguments)) for c in r.choices[0].message.tool_calls or ()]
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert calls and all(calls[i] not in calls[:i] for i in range(len(calls)))
+    assert r.usage.completion_tokens < 400
+
+
 def test_tool_round_trip(client: openai.OpenAI) -> None:
     """Call, run the tool, send the result back: the agent loop every framework runs."""
     first = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, tool_choice="required",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -91,6 +92,24 @@ def test_stop_string_is_held_back_until_decided(ours: Tokenizer) -> None:
         if stopped:
             break
     assert stopped and emitted == "The answer is "
+
+
+def test_repeated_array_item_stops_and_closes_the_array(ours: Tokenizer) -> None:
+    """Parallel forced tool calls: the first whole repeat of an earlier call ends the output as a valid array,
+    whatever the spacing and even with brackets and quotes inside strings."""
+    call = '{"name": "f", "arguments": {"q": "a}\\"]"}}'
+    text = f'[{call}, {{"name": "g", "arguments": {{}}}},{call.replace(" ", "")}, {{"name": "h"'
+    detok = IncrementalDetokenizer(ours, [], stop=[], stop_repeated_items=True)
+    out, stopped = "", False
+    for token in ours.encode(text):
+        stopped = detok.add(token)
+        out += detok.take(finished=stopped)
+        if stopped:
+            break
+    assert stopped
+    assert json.loads(out) == [{"name": "f", "arguments": {"q": 'a}"]'}}, {"name": "g", "arguments": {}}]
+    plain = IncrementalDetokenizer(ours, [], stop=[])
+    assert not any(plain.add(t) for t in ours.encode(text))  # off by default
 
 
 def test_unsupported_template_use_is_a_clear_error(ours: Tokenizer) -> None:
