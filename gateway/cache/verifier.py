@@ -690,9 +690,11 @@ def _cjk_exchanged(a: str, b: str) -> bool:
     猫能不能吃狗粮 (question words and modal verbs are already out of these texts). A middle of joints
     (和, 与, 或, 还是) is symmetric."""
     if a == b or not 3 <= len(a) <= _CJK_EXCHANGE_MAX or not 3 <= len(b) <= _CJK_EXCHANGE_MAX:
-        return False  # a question, not a paragraph (each look-up counts in both texts)
+        return False  # a question, not a paragraph
+    count_a, count_b = _grams(a), _grams(b)
+
     def unique(t: str) -> bool:
-        return bool(t) and _CJK.match(t[0]) is not None and a.count(t) == 1 and b.count(t) == 1
+        return count_a[t] == 1 and count_b[t] == 1 and "\u3400" <= t[0] <= "\u9fff"
 
     for i in range(len(a)):
         for nx in (1, 2):
@@ -710,6 +712,12 @@ def _cjk_exchanged(a: str, b: str) -> bool:
                     if len(y) == ny and not set(x) & set(y) and unique(y) and y + middle + x in b:
                         return True
     return False
+
+
+@lru_cache(maxsize=4096)
+def _grams(text: str) -> Counter:
+    """How often each character and each pair of characters occurs in a text."""
+    return Counter(text) + Counter(text[k:k + 2] for k in range(len(text) - 1))
 
 
 def _cjk_edited(a: str, b: str, nearly_equal: bool) -> str | None:
