@@ -189,6 +189,37 @@ def test_two_gateway_processes_share_l1_l2_and_limits(cluster: RedisCluster, clu
         assert proc.wait(60) == 0
 
 
+async def test_mode_auto_detects_and_an_explicit_mode_forces(cluster: RedisCluster, redis_url: str) -> None:
+    from gateway.redis_client import create_redis
+
+    clients = [await create_redis(cluster.url, "auto", 0.25), await create_redis(redis_url, "auto", 0.25),
+               await create_redis(cluster.url, "single", 0.25), await create_redis(cluster.url, "cluster", 0.25)]
+    try:
+        assert [isinstance(c, ClusterClient) for c in clients] == [True, False, False, True]
+        await clients[3].set("{k}:1", b"v")
+        assert await clients[0].get("{k}:1") == b"v"
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+def test_redis_mode_is_validated() -> None:
+    from gateway.config.errors import PolicyError
+    from gateway.config.loader import parse_policy
+
+    base = "backends: {up: {type: openai, base_url: 'http://127.0.0.1:1/v1'}}\nroutes: [{match: {model: m}, backends: [up]}]\n"
+    assert parse_policy(base + "redis: {url: 'redis://h:7001', mode: cluster}", "p.yaml").redis.mode == "cluster"
+    assert parse_policy(base, "p.yaml").redis.mode == "auto"
+    for bad, message in (("{url: 'redis://h:1', mode: sharded}", "expected one of auto, single, cluster"),
+                         ("{mode: cluster}", "needs a redis:// URL"), ("{url: 'redis://h:1', mode: 1}", "string")):
+        try:
+            parse_policy(base + f"redis: {bad}", "p.yaml")
+        except PolicyError as e:
+            assert "redis.mode" in str(e) and message in str(e), str(e)
+        else:
+            raise AssertionError(f"accepted redis: {bad}")
+
+
 def test_a_killed_master_costs_misses_not_errors_and_hits_come_back(cluster: RedisCluster, cluster_url: str,
                                                                    fake_openai, serve_gateway) -> None:
     """Runs last: it leaves the module's cluster with a replica promoted in place of the killed master."""
