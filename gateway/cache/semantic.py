@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import logging
 import time
@@ -40,6 +41,7 @@ LOAD_CHUNK = 512
 FOLLOW_BLOCK_MS = 500  # below the client's 1 s socket timeout
 SWEEP_EVERY_S = 30.0
 MAX_FETCHES = 2  # candidates read from Redis per lookup before giving up
+TOUCH_DELAY_S = 1.0  # LRU uses gather this long before one write: a hit pays no Redis write of its own
 MAX_JUDGE_CALLS = 1  # live judge calls per lookup (cached verdicts are free): bounds a miss's extra latency
 
 
@@ -70,6 +72,8 @@ class SemanticCache:
         self._fetcher: asyncio.Task | None = None
         self._touches: list[tuple[str, EntryMeta]] = []
         self._toucher: asyncio.Task | None = None
+        self._touch_now = asyncio.Event()  # set: write the gathered uses without waiting out TOUCH_DELAY_S
+        self._reading = False  # a lone completion read is in flight (others meanwhile are pipelined)
         self.synced = asyncio.Event()  # set once the start-up load finished and the stream is followed
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
@@ -106,9 +110,13 @@ class SemanticCache:
 
     async def drain(self) -> None:
         """Wait for background stores and LRU updates (tests and benchmarks)."""
-        while self._tasks or (self._toucher is not None and not self._toucher.done()):
-            pending = [*self._tasks, *([self._toucher] if self._toucher is not None else [])]
-            await asyncio.gather(*pending, return_exceptions=True)
+        self._touch_now.set()
+        try:
+            while self._tasks or (self._toucher is not None and not self._toucher.done()):
+                pending = [*self._tasks, *([self._toucher] if self._toucher is not None else [])]
+                await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            self._touch_now.clear()
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -194,8 +202,15 @@ class SemanticCache:
         return bool(await self._store_guard.call(lambda: self._redis.exists(key), key=key))
 
     async def _fetch(self, key: str) -> bytes | None:
-        """Read a hit's completion. Lookups answered by one embedding batch resume together; their reads are
-        coalesced into one pipeline on one connection instead of one connection each."""
+        """Read a hit's completion. With no other read in flight it goes out at once as one HGET: a lone hit
+        pays no pipeline and no extra task. Lookups answered by one embedding batch resume together; the reads
+        after the first are coalesced into one pipeline on one connection instead of one connection each."""
+        if not self._reading and not self._fetches:
+            self._reading = True
+            try:
+                return await self._lookup_guard.call(lambda: self._redis.hget(key, "c"), key=key)
+            finally:
+                self._reading = False
         future = asyncio.get_running_loop().create_future()
         self._fetches.append((key, future))
         if self._fetcher is None or self._fetcher.done():
@@ -224,12 +239,27 @@ class SemanticCache:
                     future.set_result(value)
 
     def _touch(self, ns: str, meta: EntryMeta) -> None:
-        """Record a use for LRU eviction (batched like the reads). The TTL is absolute: a hit never extends it."""
+        """Record a use for LRU eviction. Uses gather for up to TOUCH_DELAY_S and go out in one pipeline, off the
+        path of the hits that made them; an eviction in this process writes them first. Another process's
+        eviction may not see the last second's uses: the order is advisory. The TTL is absolute: a hit never
+        extends it."""
         self._touches.append((ns, meta))
         if self._toucher is None or self._toucher.done():
-            self._toucher = asyncio.create_task(self._flush_touches())
+            self._toucher = asyncio.create_task(self._flush_touches(TOUCH_DELAY_S))
 
-    async def _flush_touches(self) -> None:
+    async def _write_touches(self) -> None:
+        """Write the gathered uses now (before the LRU order is read to evict)."""
+        toucher = self._toucher
+        if toucher is not None and not toucher.done():
+            self._touch_now.set()
+            try:
+                await asyncio.gather(toucher, return_exceptions=True)
+            finally:
+                self._touch_now.clear()
+
+    async def _flush_touches(self, delay: float = 0.0) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._touch_now.wait(), delay)
         while self._touches:
             batch, self._touches = self._touches, []
             await self.worker.run(self._touch_locally, [meta for _, meta in batch])
@@ -298,6 +328,7 @@ class SemanticCache:
 
     async def _evict(self, ns: str, scope: str, count: int) -> None:
         """Drop the scope's least recently used entries everywhere (Redis, then every process by event)."""
+        await self._write_touches()  # this process's latest uses first, so they count in the order
         async def pop() -> list:
             return await self._redis.zpopmin(ks.semantic_lru(ns, scope), count)
 

@@ -47,6 +47,19 @@ class TokenWindow:
         self._tokenizer.no_padding()
         self.window = window
 
+    def pieces(self, texts: Sequence[str]) -> list[list[int] | None]:
+        """Each text's word pieces ([CLS] and [SEP] included), or None where the text does not fit. The semantic
+        worker embeds these pieces directly: one tokenization serves both the window check and the encode."""
+        out: list[list[int] | None] = [None] * len(texts)
+        limit = self.window - 2
+        rows = [i for i, t in enumerate(texts) if not too_long(t) and (len(t) <= limit or len(t.split()) <= limit)]
+        if rows:
+            encoded = self._tokenizer.encode_batch([texts[i] for i in rows], add_special_tokens=True)
+            for i, enc in zip(rows, encoded, strict=True):
+                if len(enc.ids) <= self.window:
+                    out[i] = enc.ids
+        return out
+
     def fits(self, texts: Sequence[str]) -> list[bool]:
         # Every word piece covers at least one character and every whitespace-separated word makes at least one
         # piece, so short texts fit and wordy ones overflow without tokenizing (which costs ~0.4 us a character).

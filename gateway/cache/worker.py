@@ -4,8 +4,9 @@ Lookups are queued; while the thread encodes one batch, new lookups gather, and 
 in one encode call (micro-batching: at C=64 one forward pass serves many requests). Index inserts and removals
 go through the same thread, so FAISS is never touched concurrently and the event loop never blocks.
 
-A text that does not fit the embedding window (window.py) is not embedded: its job answers with no vector, and
-the cache treats the request as exact-only. A lookup whose caller gave up (its deadline passed) is dropped from
+Each text is tokenized once: the window (window.py) returns its word pieces, which the encoder embeds directly. A
+text that does not fit the embedding window is not embedded: its job answers with no vector, and the cache
+treats the request as exact-only. A lookup whose caller gave up (its deadline passed) is dropped from
 the queue before it costs an encode.
 """
 
@@ -32,6 +33,8 @@ class Encoder(Protocol):
     dim: int
 
     def encode(self, texts: list[str]) -> np.ndarray: ...
+
+    def encode_pieces(self, pieces: list[list[int]]) -> np.ndarray: ...
 
 
 @dataclass(slots=True)
@@ -191,11 +194,12 @@ class SemanticWorker:
     def _run_batch(self, jobs: list[_Job]) -> list[tuple[np.ndarray | None, Candidates]]:
         assert self._encoder is not None
         t0 = time.perf_counter()
-        fit = self.fits([j.text for j in jobs])
-        rows = [i for i, ok in enumerate(fit) if ok]
+        assert self._window is not None
+        pieces = self._window.pieces([j.text for j in jobs])
+        rows = [i for i, p in enumerate(pieces) if p is not None]
         vectors: list[np.ndarray | None] = [None] * len(jobs)
         if rows:
-            encoded = self._encoder.encode([jobs[i].text for i in rows])
+            encoded = self._encoder.encode_pieces([pieces[i] for i in rows])  # type: ignore[misc]
             for i, vector in zip(rows, encoded, strict=True):
                 vectors[i] = vector
         t1 = time.perf_counter()

@@ -14,6 +14,7 @@ import pytest
 
 import gateway.cache.embedder as embedder_module
 from gateway.cache.embedder import DIM, MAX_TOKENS, MiniLMEmbedder, model_dir
+from gateway.cache.window import TokenWindow
 
 MIN_COSINE = 0.9999
 
@@ -66,6 +67,17 @@ def reference() -> np.ndarray:
     return np.asarray(model.encode(SENTENCES, batch_size=8, normalize_embeddings=True), dtype=np.float32)
 
 
+@pytest.fixture(scope="module")
+def torch_fallback() -> MiniLMEmbedder:
+    """The torch runner as the gateway gets it when ONNX Runtime is unavailable (loaded once for the module)."""
+    def unavailable(*_: object) -> None:
+        raise ImportError("No module named 'onnxruntime'")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(embedder_module, "onnx_forward", unavailable)
+        return MiniLMEmbedder()
+
+
 def assert_matches(vectors: np.ndarray, reference: np.ndarray) -> None:
     assert vectors.dtype == np.float32 and vectors.shape == reference.shape
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
@@ -75,11 +87,15 @@ def assert_matches(vectors: np.ndarray, reference: np.ndarray) -> None:
 
 
 def each_way(embedder: MiniLMEmbedder) -> list[np.ndarray]:
-    """Every sentence alone, all in one padded batch, and in uneven micro-batches."""
+    """Every sentence alone, all in one padded batch, in uneven micro-batches, and from word pieces tokenized
+    beforehand (the worker's path; untruncated here, so encode_pieces must cut past-window texts itself)."""
     alone = np.concatenate([embedder.encode([s]) for s in SENTENCES])
     together = embedder.encode(SENTENCES)
     uneven = np.concatenate([embedder.encode(SENTENCES[i:i + 7]) for i in range(0, len(SENTENCES), 7)])
-    return [alone, together, uneven]
+    pieces = TokenWindow(str(model_dir() / "tokenizer.json"), window=100_000).pieces(SENTENCES)
+    assert all(p is not None for p in pieces)
+    from_pieces = np.concatenate([embedder.encode_pieces([p]) for p in pieces])  # type: ignore[list-item]
+    return [alone, together, uneven, from_pieces]
 
 
 def test_default_runner_is_onnx_and_matches_sentence_transformers(embedder, reference) -> None:
@@ -88,10 +104,9 @@ def test_default_runner_is_onnx_and_matches_sentence_transformers(embedder, refe
         assert_matches(vectors, reference)
 
 
-def test_torch_runner_matches_sentence_transformers(reference) -> None:
-    torch_embedder = MiniLMEmbedder(backend="torch")
-    assert torch_embedder.backend == "torch"
-    for vectors in each_way(torch_embedder):
+def test_torch_runner_is_the_fallback_and_matches_sentence_transformers(torch_fallback, reference) -> None:
+    assert torch_fallback.backend == "torch"
+    for vectors in each_way(torch_fallback):
         assert_matches(vectors, reference)
 
 
@@ -103,8 +118,8 @@ def test_texts_past_the_window_embed_like_their_first_256_word_pieces(embedder) 
 
 
 def test_no_texts_no_rows(embedder) -> None:
-    out = embedder.encode([])
-    assert out.shape == (0, DIM) and out.dtype == np.float32
+    for out in (embedder.encode([]), embedder.encode_pieces([])):
+        assert out.shape == (0, DIM) and out.dtype == np.float32
 
 
 def test_export_is_kept_and_reused_and_a_damaged_copy_is_replaced(tmp_path: Path, monkeypatch, reference) -> None:
@@ -113,6 +128,10 @@ def test_export_is_kept_and_reused_and_a_damaged_copy_is_replaced(tmp_path: Path
     target.write_bytes(b"not an onnx graph")  # a damaged file where the cached graph should be
     first = MiniLMEmbedder(directory=tmp_path)
     assert first.backend == "onnx" and target.stat().st_size > 80_000_000
+    import onnx
+
+    fused_ops = {node.op_type for node in onnx.load(str(target)).graph.node}
+    assert {"Attention", "SkipLayerNormalization"} <= fused_ops  # the transformer fusions were applied
     assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary file left behind
 
     def no_export(*_: object) -> bytes:
@@ -122,16 +141,6 @@ def test_export_is_kept_and_reused_and_a_damaged_copy_is_replaced(tmp_path: Path
     second = MiniLMEmbedder(directory=tmp_path)
     assert second.backend == "onnx"
     assert_matches(second.encode(SENTENCES), reference)
-
-
-def test_without_onnx_runtime_it_falls_back_to_torch(tmp_path: Path, monkeypatch, reference) -> None:
-    def unavailable(*_: object) -> None:
-        raise ImportError("No module named 'onnxruntime'")
-
-    monkeypatch.setattr(embedder_module, "onnx_forward", unavailable)
-    fallback = MiniLMEmbedder(directory=tmp_path)
-    assert fallback.backend == "torch"
-    assert_matches(fallback.encode(SENTENCES), reference)
 
 
 def test_unknown_backend_is_refused() -> None:

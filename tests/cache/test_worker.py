@@ -60,3 +60,30 @@ async def test_lookup_searches_only_its_own_scope(embedder) -> None:
         assert other == []
     finally:
         await worker.close()
+
+
+async def test_each_text_is_tokenized_once(embedder) -> None:
+    """The window check's word pieces are what gets embedded: no second tokenization for the encode."""
+    calls: list[str] = []
+
+    class Spy:
+        dim = DIM
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            calls.append("encode")
+            return embedder.encode(texts)
+
+        def encode_pieces(self, pieces: list[list[int]]) -> np.ndarray:
+            calls.append("encode_pieces")
+            return embedder.encode_pieces(pieces)
+
+    worker = SemanticWorker(Spy, DIM)
+    assert await worker.wait_ready_or_load()
+    try:
+        calls.clear()  # the warm-up encode at load
+        long = "Please summarise the following report for me. " * 8  # past the no-tokenizing shortcut
+        vector = await worker.embed(long)
+        assert calls == ["encode_pieces"]
+        assert vector is not None and float(vector @ embedder.encode([long])[0]) > 0.99999
+    finally:
+        await worker.close()
