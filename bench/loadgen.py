@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from gateway.loadtest import percentile as sorted_percentile
+
 
 @dataclass
 class Result:
@@ -24,10 +26,8 @@ class Result:
 
 
 def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q / 100 * len(s)))]
+    """`llm-gateway bench`'s percentile (numpy's linear interpolation), so both report the same P99."""
+    return sorted_percentile(sorted(values), q)
 
 
 class Connection:
