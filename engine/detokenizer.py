@@ -49,6 +49,8 @@ class IncrementalDetokenizer:
     def take(self, finished: bool) -> str:
         """Text not yet emitted; while running, keep back a tail that could still become a stop string."""
         end = len(self.text) if finished else len(self.text) - self._pending_stop_prefix()
+        if self.items is not None and not finished:
+            end = min(end, self.items.last_end)  # an item in progress may yet turn out a repeat, to be cut
         end = max(end, self.emitted)
         delta = self.text[self.emitted:end]
         self.emitted = end
