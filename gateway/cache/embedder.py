@@ -220,17 +220,16 @@ def export_onnx(path: Path, tokens: WordPieces, fuse: bool = True) -> bytes:
         )
     reference = torch_forward(path, model)
     plain = buffer.getvalue()
-    try:
-        if not fuse:
-            raise ValueError("not asked to")
-        graph = fused(plain, path)
-        agreement = _agreement(_run_session(_session(graph)), reference, tokens)
-        if agreement >= MIN_EXPORT_COSINE:
-            return graph
-        log.warning("semantic cache: fused ONNX graph disagrees with torch (cosine %.6f); using the plain one",
-                    agreement)
-    except Exception as e:  # an ONNX Runtime whose optimizer does not know this graph: the plain one is correct
-        log.warning("semantic cache: fusing the ONNX graph failed (%s); using the plain one", e)
+    if fuse:
+        try:
+            graph = fused(plain, path)
+            agreement = _agreement(_run_session(_session(graph)), reference, tokens)
+            if agreement >= MIN_EXPORT_COSINE:
+                return graph
+            log.warning("semantic cache: fused ONNX graph disagrees with torch (cosine %.6f); using the plain one",
+                        agreement)
+        except Exception as e:  # an ONNX Runtime whose optimizer does not know this graph: the plain one is right
+            log.warning("semantic cache: fusing the ONNX graph failed (%s); using the plain one", e)
     agreement = _agreement(_run_session(_session(plain)), reference, tokens)
     if agreement < MIN_EXPORT_COSINE:
         raise RuntimeError(f"exported graph disagrees with torch (cosine {agreement:.6f})")
