@@ -4,9 +4,10 @@
   straight to it through the same OpenAI layer the engine's own server uses.
 - replicas: N > 1 -> N `llm-gateway engine` processes, supervised (restarted on crash, stopped on close).
 - urls: [...] -> engine replicas that already run.
-With replicas, each request is routed by the prefix router: the gateway renders the chat template with the
-engine's tokenizer, hashes the prompt's full blocks with the engine's own chained hash, and picks the replica
-with the cheapest prefill given what each replica holds (mirrored from its /kv_events) and its load.
+With replicas, the route's `routing.strategy` picks the replica (weighted by default). Under `prefix_aware`
+the gateway renders the chat template with the engine's tokenizer, hashes the prompt's full blocks with the
+engine's own chained hash, and picks the replica with the cheapest prefill given what each replica holds
+(mirrored from its /kv_events) and its load; calls outside a route (a summariser) are prefix-routed too.
 """
 
 from __future__ import annotations
