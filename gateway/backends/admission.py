@@ -117,7 +117,9 @@ class Admission:
         counted = tenant if self.tenant_caps is not None else None
         _add(self.tenant_inflight, counted, -1)
         for i, (fut, waiter) in enumerate(self._waiters):
-            if self._may_run(waiter):
+            # A waiter cancelled (timed out, client gone) stays listed until its task runs again and removes
+            # itself: its future is done, and handing it the slot would raise and leak the slot.
+            if not fut.done() and self._may_run(waiter):
                 del self._waiters[i]  # the slot goes straight to this waiter; inflight is unchanged
                 _add(self.tenant_queued, waiter, -1)
                 _add(self.tenant_inflight, waiter, 1)

@@ -210,26 +210,31 @@ class Router:
         skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
         began = time.monotonic()
         plan, prefix = self._plan(route, pool, kind, body)
-        ROUTE_STRATEGY.set(route.strategy)  # an engine backend routes across its replicas by it (this task only)
-        for name, n in plan:
-            if name in skip:
-                continue
-            if last is not None and n > 0:
-                if waits_too_long(route, last.retry_after, time.monotonic() - began):
-                    continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
-                await asyncio.sleep(backoff_delay(route, n - 1, last.retry_after))
-            try:
-                return await attempt(name, for_tenant(pool.get(name), tenant)), name, prefix
-            except BackendError as e:
-                e.backend = name  # outcomes are attributed to the backend that produced them
-                self._mark_down(prefix, name, e)
-                if next_backend_only(e):
-                    skip.add(name)
-                elif not e.retryable:
-                    raise
-                last = e
-        assert last is not None
-        raise last
+        # An engine backend routes across its replicas by it; reset after, so calls this task makes later
+        # (a stage's summariser, say) are outside any route again.
+        token = ROUTE_STRATEGY.set(route.strategy)
+        try:
+            for name, n in plan:
+                if name in skip:
+                    continue
+                if last is not None and n > 0:
+                    if waits_too_long(route, last.retry_after, time.monotonic() - began):
+                        continue  # no retry of this backend sooner than it asked; fallbacks, or `last` goes out
+                    await asyncio.sleep(backoff_delay(route, n - 1, last.retry_after))
+                try:
+                    return await attempt(name, for_tenant(pool.get(name), tenant)), name, prefix
+                except BackendError as e:
+                    e.backend = name  # outcomes are attributed to the backend that produced them
+                    self._mark_down(prefix, name, e)
+                    if next_backend_only(e):
+                        skip.add(name)
+                    elif not e.retryable:
+                        raise
+                    last = e
+            assert last is not None
+            raise last
+        finally:
+            ROUTE_STRATEGY.reset(token)
 
 
 def _is_prefix_pool(route: Route) -> bool:

@@ -207,6 +207,21 @@ async def test_a_queued_request_of_a_tenant_at_its_share_waits_for_its_own_tenan
     assert adm.inflight == 0 and adm.tenant_inflight == {}
 
 
+
+async def test_a_waiter_cancelled_before_it_ran_is_skipped_when_a_slot_frees() -> None:
+    adm = Admission("b", 1, 2, Metrics())
+    await adm.acquire(5)
+    gone = asyncio.create_task(adm.acquire(5))  # its client goes away while it waits
+    kept = asyncio.create_task(adm.acquire(5))
+    await asyncio.sleep(0)
+    gone.cancel()  # cancelled, but its task has not run yet to take itself off the queue
+    adm.release()  # the slot must go to the waiter still there, not raise on the cancelled one
+    await asyncio.sleep(0)
+    assert kept.done() and kept.exception() is None and gone.cancelled()
+    assert adm.inflight == 1 and not adm._waiters
+    adm.release()
+    assert adm.inflight == 0
+
 def test_tenant_share_policy_key() -> None:
     base = "routes: [{match: {model: m}, backends: [b]}]\n"
     p = parse_policy("backends: {b: {type: engine, model: smollm2-135m}}\n" + base)

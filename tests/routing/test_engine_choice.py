@@ -213,9 +213,11 @@ def test_engine_pool_routes_by_the_given_strategy() -> None:
     router.set_healthy("c", False)
     assert {router.choose(hashes, 4 * B + 1, "weighted").replica for _ in range(30)} == {"a", "b"}
     assert router.choose(hashes, 4 * B + 1).replica == "a"  # outside any route: prefix-aware
+    router.replicas["b"].inflight = 0  # now the strategies disagree: prefix-aware still picks a
+    assert router.choose(hashes, 4 * B + 1).replica == "a"
     token = ROUTE_STRATEGY.set("least_loaded")
     try:
-        assert router.choose(hashes, 4 * B + 1).replica == "a"  # fewest in flight among a and b
+        assert router.choose(hashes, 4 * B + 1).replica == "b"  # fewest in flight among a and b
     finally:
         ROUTE_STRATEGY.reset(token)
 
