@@ -447,7 +447,10 @@ _ORDER_CANON = {"me": "i", "us": "we", "him": "he", "her": "she", "them": "they"
                 "is": "be", "are": "be", "am": "be", "was": "be", "were": "be", "has": "have", "had": "have"}
 # Joints between two terms that ask the same whatever their order: "X and Y", "X or Y", "X vs Y", 和/与/或.
 # A copula alone joins them too: 什么是X / X是什么, "X is Y" asked either way round.
-_ORDER_SYMMETRIC = lx.EN_SYMMETRIC | frozenset("和与跟同或及、是") | frozenset({"还是", "以及", "或者", "be"})
+_ORDER_SYMMETRIC = lx.EN_SYMMETRIC | frozenset("和与跟同或及、是") | frozenset({"be"})
+# Two-character joints (还是, 以及, 或者): the order sequence has one token per CJK character, so these are
+# matched on the joined middle.
+_ZH_JOINT_WORDS = frozenset({"还是", "以及", "或者"})
 # A question word moved to the front or back is wording, not an exchanged party: 什么是黑洞 / 黑洞是什么.
 _QUESTION_WORDS = frozenset({"what", "whats", "who", "whom", "which", "where", "when", "how", "why", "什", "么",
                              "谁", "哪", "几", "怎", "样", "如", "何"})
@@ -515,7 +518,7 @@ _PERSONS = frozenset({"i", "we", "you", "he", "she", "they"})  # the parties of 
 
 
 def _symmetric(middle: tuple[str, ...]) -> bool:
-    return all(t in _ORDER_SYMMETRIC for t in middle)
+    return all(t in _ORDER_SYMMETRIC for t in middle) or "".join(middle) in _ZH_JOINT_WORDS
 
 
 def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, int], pos_b: dict[str, int],
@@ -680,7 +683,7 @@ def _cjk_reordered(a: str, b: str) -> bool:
     return False
 
 
-_ZH_JOINTS = frozenset("和与跟同或及、还是")
+_ZH_JOINTS = frozenset("和与跟同或及、")  # one character each; 还是 / 或者 / 以及 are _ZH_JOINT_WORDS
 _CJK_EXCHANGE_MAX = 80
 
 
@@ -705,7 +708,7 @@ def _cjk_exchanged(a: str, b: str) -> bool:
                 middle = a[i + nx:i + nx + m]
                 if len(middle) < m:
                     break
-                if set(middle) <= _ZH_JOINTS:
+                if set(middle) <= _ZH_JOINTS or middle in _ZH_JOINT_WORDS:
                     continue
                 for ny in (1, 2):
                     y = a[i + nx + m:i + nx + m + ny]

@@ -144,6 +144,8 @@ def test_named_things_reversed_around_a_direction_in_reworded_texts_are_turned_d
     ("What are the pros and cons of renting vs buying?", "What are the pros and cons of buying vs renting?"),
     ("Tea or coffee, which has more caffeine?", "Which has more caffeine, coffee or tea?"),
     ("苹果和香蕉哪个热量高", "香蕉和苹果哪个热量高"),
+    ("苹果还是香蕉好", "香蕉还是苹果好"),  # two-character joints: 还是, 或者
+    ("猫或者狗哪个好养", "狗或者猫哪个好养"),
     # one phrase moved to the front or back, each term keeping its own preposition
     ("How do I fly to Paris from London?", "How do I fly from London to Paris?"),
     ("In Python, how do I reverse a list?", "How do I reverse a list in Python?"),
