@@ -217,7 +217,7 @@ for _axis, (_plus, _minus) in _POLAR_AXES.items():
             EN_POLAR[_w] = (*EN_POLAR.get(_w, ()), (_axis, _side))
 
 # What a question asks for. Between close texts another kind is another question ("How long does shipping
-# take?" / "How much does shipping cost?"); two-word entries first.
+# take?" / "How much does shipping cost?").
 EN_ASKS: dict[str, str] = {
     "how long": "duration", "how many": "count", "how much": "amount", "how often": "frequency",
     "how far": "distance", "how old": "age", "how big": "size", "how fast": "speed", "what time": "time",
@@ -323,7 +323,7 @@ _SYNONYM_GROUPS = (
     ("speak", "talk"),
     ("get", "obtain", "receive"),
     ("improve", "boost", "enhance"),
-    ("cook", "prepare", "make"),
+    ("cook", "prepare"),
     ("compute", "calculate"),
     ("stop", "quit"),
     ("cancel", "terminate"),
@@ -441,14 +441,15 @@ ZH_DIRECTIONAL = ("从", "到", "比", "兑", "转成", "换成", "转换", "变
 # 父亲, 成都在重庆的西边 / 重庆在成都的西边); 和 / 与 / 跟 join terms symmetrically and are not among them.
 ZH_RELATION = frozenset("的在兑到比给向往对能连转把从用换")
 
-# Question words and politeness that change no answer; removed before the substitution check so that
-# 如何/怎么/怎样 or 请问/麻烦 count as the same request.
-ZH_ASKS: dict[str, str] = _longest_first({
+# What a Chinese question asks for, as EN_ASKS (多久 / 多少钱); every key found in the text counts.
+ZH_ASKS: dict[str, str] = {
     "多久": "duration", "多长时间": "duration", "多少钱": "amount", "多少": "amount", "几个": "count",
     "几次": "frequency", "多远": "distance", "多大": "size", "几岁": "age", "什么时候": "time", "几点": "time",
     "哪里": "place", "哪儿": "place", "在哪": "place", "谁": "person", "为什么": "reason", "为何": "reason",
-})
+}
 
+# Question words and politeness that change no answer; removed before the substitution check so that
+# 如何/怎么/怎样 or 请问/麻烦 count as the same request.
 ZH_NEUTRAL = tuple(sorted((
     "请问", "请", "麻烦", "帮我", "帮忙", "能否", "可以", "能不能", "可不可以", "你能", "你可以", "告诉我", "我想知道",
     "我想", "想知道", "一下", "怎么样", "怎么", "如何", "怎样", "什么", "啥", "哪些", "哪个", "吗", "呢", "吧",
