@@ -46,14 +46,12 @@ def gateway_policy(urls: list[str], strategy: str, kind: str, model: str, extra:
         urls_yaml = ", ".join(f"'{u}'" for u in urls)
         backends = f"  pool: {{type: engine, model: {ENGINE_MODEL}, urls: [{urls_yaml}]{extra}}}\n"
         names = "pool"
-        routing = "prefix_aware" if strategy == "prefix_aware" else strategy
     else:
         backends = "".join(f"  r{i}: {{type: openai, base_url: '{u}/v1', api_key: k, "
                            f"options: {{prefix_cache_tokens: {capacity_tokens}}}}}\n" for i, u in enumerate(urls))
         names = ", ".join(f"r{i}" for i in range(len(urls)))
-        routing = strategy
     return (f"backends:\n{backends}routes:\n  - match: {{model: {model}}}\n    backends: [{names}]\n"
-            f"    routing: {{strategy: {routing}}}\n    timeout_s: 600\n")
+            f"    routing: {{strategy: {strategy}}}\n    timeout_s: 600\n")
 
 
 def start_gateway(policy_text: str, data_dir: str) -> ServerThread:

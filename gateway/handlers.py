@@ -188,6 +188,7 @@ async def _relay_stream(
     ctx.response_headers["X-Backend"] = request[BACKEND] = name
     assembler = StreamAssembler()
     ttft: float | None = None
+    ended = False  # the stream reached [DONE]: its usage (or its estimate) is charged below
     try:
         async with aclosing(stream):  # closing the iterator closes the upstream request at once
             response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
@@ -220,15 +221,20 @@ async def _relay_stream(
                 request[STATUS] = str(err.status)
                 await out.close(sse_event(err.body()))
                 await response.write_eof()
-                # The stream ended before its usage chunk: charge the tenant's TPM an estimate, or a tenant
-                # could generate without limit through streams that are cut.
-                await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
                 return response
             assembler.finish()
             await out.close(DONE_EVENT)
             await response.write_eof()
+            ended = True
     finally:
-        gw.router.inflight.leave(name)
+        try:
+            if not ended:
+                # Cut upstream, or a client that hung up: the stream ended before its usage chunk. Charge the
+                # tenant's TPM an estimate, or a tenant could generate without limit through streams that end
+                # early. Shielded: a client that hangs up cancels this task.
+                await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
+        finally:
+            gw.router.inflight.leave(name)
     completion = assembler.result()
     if assembler.complete:  # every choice ended: only then may a stage store it
         for stage in stages:
@@ -240,7 +246,10 @@ async def _relay_stream(
         n_out = usage.get("completion_tokens") or assembler.chunks
         if n_out > 1:
             tpot_hist.observe((time.perf_counter() - ctx.started - ttft) / (n_out - 1))
-    await gw.account(ctx, name, completion.get("usage"))
+    if completion.get("usage"):
+        await gw.account(ctx, name, completion["usage"])
+    else:  # an upstream that ignores stream_options.include_usage
+        await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
     return response
 
 

@@ -128,15 +128,9 @@ def _redis(raw: Any, check: Checker) -> RedisConfig:
     elif url:
         cfg.url = url
     cfg.timeout_ms = check.get_number(m, "timeout_ms", "redis", cfg.timeout_ms, minimum=0, exclusive=True) or 5.0
-    mode = check.get_str(m, "mode", "redis", cfg.mode)
-    if mode is None:
-        pass  # get_str reported it
-    elif mode not in REDIS_MODES:
-        check.error("redis.mode", f"expected one of {', '.join(REDIS_MODES)}, got {mode!r}")
-    elif mode == "cluster" and cfg.url == "embedded":
+    cfg.mode = check.get_choice(m, "mode", "redis", REDIS_MODES, cfg.mode)
+    if cfg.mode == "cluster" and cfg.url == "embedded":
         check.error("redis.mode", "mode: cluster needs a redis:// URL of a cluster node (the embedded Redis is one server)")
-    else:
-        cfg.mode = mode
     return cfg
 
 

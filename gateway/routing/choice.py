@@ -33,13 +33,13 @@ from dataclasses import dataclass
 ROUTE_STRATEGY: ContextVar[str] = ContextVar("route_strategy", default="prefix_aware")
 
 DEFAULT_LOAD_WEIGHT = 0.35  # measured with bench/routing.py (0.25 starved a replica, 0.5 moved histories)
-MEAN_DECAY = 0.05
+MEAN_DECAY = 0.05  # weight of each new request in the moving average of prefilled blocks
 RECENT_WINDOW = 8  # decisions per candidate the recent load remembers
 # in-flight counts are the noisy half of the load signal (they move a conversation off its history for a
 # momentary queue); recent decisions carry the lasting skew
-INFLIGHT_SHARE = 0.5  # decisions per candidate the recent load remembers
+INFLIGHT_SHARE = 0.5  # weight of in-flight counts beside the recent decisions in a candidate's load
 DEFAULT_SHARED_WEIGHT = 0.25
-BRANCH_MEMORY = 200_000  # parent blocks whose children are remembered  # weight of each new request in the moving average of prefilled blocks
+BRANCH_MEMORY = 200_000  # parent blocks whose children are remembered
 
 
 @dataclass(slots=True)
@@ -72,7 +72,7 @@ class Pick:
 
 
 class RecentLoad:
-    """Requests routed to each candidate lately, decayed per decision over a window of 2 per candidate.
+    """Requests routed to each candidate lately, decayed per decision over a window of RECENT_WINDOW per candidate.
 
     In-flight counts alone are a noisy load signal when requests are short (most of the time every replica
     has zero or one in flight), and under it a hot prefix kept drawing every new conversation while a replica

@@ -210,7 +210,7 @@ def test_redis_mode_is_validated() -> None:
     base = "backends: {up: {type: openai, base_url: 'http://127.0.0.1:1/v1'}}\nroutes: [{match: {model: m}, backends: [up]}]\n"
     assert parse_policy(base + "redis: {url: 'redis://h:7001', mode: cluster}", "p.yaml").redis.mode == "cluster"
     assert parse_policy(base, "p.yaml").redis.mode == "auto"
-    for bad, message in (("{url: 'redis://h:1', mode: sharded}", "expected one of auto, single, cluster"),
+    for bad, message in (("{url: 'redis://h:1', mode: sharded}", "must be one of auto, cluster, single"),
                          ("{mode: cluster}", "needs a redis:// URL"), ("{url: 'redis://h:1', mode: 1}", "string")):
         try:
             parse_policy(base + f"redis: {bad}", "p.yaml")
