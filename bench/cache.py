@@ -39,7 +39,7 @@ os.environ.setdefault("LLM_GATEWAY_EMBED_THREADS", "1")
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from bench.loadgen import Result, closed_loop, percentile  # noqa: E402
+from bench.loadgen import Result, closed_loop, install_uvloop, percentile  # noqa: E402
 
 ADMIN = "bench-admin"
 STORED = "How do I reset my password?"
@@ -74,12 +74,7 @@ routes:
 
 def serve(args: argparse.Namespace) -> None:
     """Run the gateway, fill the semantic scope of QUERY, print READY, serve until killed."""
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     asyncio.run(_serve(args, Path(args.policy).read_text()))
 
 

@@ -25,6 +25,15 @@ class Result:
         return len(self.latencies) / self.elapsed if self.elapsed else 0.0
 
 
+def install_uvloop() -> None:
+    """The event loop the gateway's `serve` uses in production (uvloop is a dependency off Windows)."""
+    try:
+        import uvloop
+    except ImportError:  # Windows: the default loop
+        return
+    uvloop.install()
+
+
 def percentile(values: list[float], q: float) -> float:
     """`llm-gateway bench`'s percentile (numpy's linear interpolation), so both report the same P99."""
     return sorted_percentile(sorted(values), q)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.loadgen import Result, closed_loop, open_loop, percentile  # noqa: E402
+from bench.loadgen import Result, closed_loop, install_uvloop, open_loop, percentile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = b'{"model":"fake-model","messages":[{"role":"user","content":"hello there, how are you?"}],"max_tokens":16}'
@@ -89,12 +89,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     os.sched_setaffinity(0, {0})
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     up_port, pt_port, gw_port = free_port(), free_port(), free_port()
     procs = [spawn([sys.executable, "bench/serve_fake.py", str(up_port)], 0)]
     results: dict[str, dict[str, Result]] = {}

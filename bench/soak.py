@@ -31,7 +31,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.loadgen import Connection  # noqa: E402
+from bench.loadgen import Connection, install_uvloop  # noqa: E402
 from bench.overhead import free_port, spawn, wait_port  # noqa: E402
 
 PATH = "/v1/chat/completions"
@@ -92,12 +92,7 @@ def serve_upstream(port: int) -> None:
             request.transport.close()  # no terminal event, no chunk terminator
             return False
 
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     fake = SoakUpstream()
     fake.record = False
     fake.delay_per_chunk = 0.002  # streams last long enough for drops and stalls to land mid-stream
@@ -282,12 +277,7 @@ def main() -> None:
     from gateway.embedded_redis import redis_server_binary
 
     os.sched_setaffinity(0, {0})
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     up_port, redis_port, gw_port = free_port(), free_port(), free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     procs: list[subprocess.Popen] = []
