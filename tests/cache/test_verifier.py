@@ -35,28 +35,6 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("周一有什么会议？", "周二有什么会议？", "date"),
     ("北京今天天气怎么样？", "上海今天天气怎么样？", "content"),
     ("远程办公有哪些优点？", "远程办公有哪些缺点？", "scope"),
-])
-def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
-    assert verify(a, b).reason == reason
-    assert verify(b, a).reason == reason
-
-
-@pytest.mark.parametrize(("a", "b"), [
-    ("how do i install python", "How do I install Python?"),
-    ("What is twenty five plus 3", "What is 25 plus 3?"),
-    ("Which one is better, tea or coffee?", "Which is better: tea or coffee?"),
-    ("Why isn't my build passing?", "Why is my build not passing?"),
-    ("May I ask how tall the Eiffel Tower is?", "How tall is the Eiffel Tower?"),
-    ("I am confused about recursion.", "I am confused about recursion!"),
-    ("请问如何学习Python", "怎样学习Python"),
-    ("你能不能推荐一本书", "推荐一本书"),
-    ("非常好的问题：怎么做红烧肉？", "红烧肉怎么做？非常好的问题"),
-])
-def test_same_meaning_passes(a: str, b: str) -> None:
-    assert verify(a, b).ok, verify(a, b)
-
-
-@pytest.mark.parametrize(("a", "b", "reason"), [
     # two terms exchanging the words that govern them, however the rest reads
     ("Does vinegar dissolve baking soda?", "Does baking soda dissolve vinegar?", "order"),
     ("Is a square a rectangle?", "Is a rectangle a square?", "order"),  # a copula is no symmetric joint
@@ -84,12 +62,21 @@ def test_same_meaning_passes(a: str, b: str) -> None:
     ("狗可以吃猫粮吗？", "猫能不能吃狗粮", "order"),
     ("公司拖欠员工工资怎么办", "员工拖欠公司钱怎么办", "order"),
 ])
-def test_general_order_and_action_traps_are_rejected(a: str, b: str, reason: str) -> None:
+def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
     assert verify(b, a).reason == reason
 
 
 @pytest.mark.parametrize(("a", "b"), [
+    ("how do i install python", "How do I install Python?"),
+    ("What is twenty five plus 3", "What is 25 plus 3?"),
+    ("Which one is better, tea or coffee?", "Which is better: tea or coffee?"),
+    ("Why isn't my build passing?", "Why is my build not passing?"),
+    ("May I ask how tall the Eiffel Tower is?", "How tall is the Eiffel Tower?"),
+    ("I am confused about recursion.", "I am confused about recursion!"),
+    ("请问如何学习Python", "怎样学习Python"),
+    ("你能不能推荐一本书", "推荐一本书"),
+    ("非常好的问题：怎么做红烧肉？", "红烧肉怎么做？非常好的问题"),
     ("Did Google buy YouTube?", "Was YouTube bought by Google?"),  # the passive of the same question
     ("Is Instagram owned by Facebook?", "Does Facebook own Instagram?"),
     ("time to boil an egg", "egg boil time"),  # one end of the text is no exchanged role by itself
@@ -103,7 +90,7 @@ def test_general_order_and_action_traps_are_rejected(a: str, b: str, reason: str
     ("Do you accept PayPal?", "do you accept paypal"),  # a name typed lower-case is no typo ("papal")
     ("What vaccines do I need for Thailand?", "What vaccines do I need for Thialand?"),  # a name's typo
 ])
-def test_rewordings_around_the_general_rules_pass(a: str, b: str) -> None:
+def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
     assert verify(b, a).ok, verify(b, a)
 
