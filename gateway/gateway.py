@@ -61,7 +61,9 @@ class Gateway:
             url = self.embedded.url
         timeout_s = policy.redis.timeout_ms / 1000
         # One server or a Redis Cluster (redis.mode, detected from the seed node by default): redis_client.py.
-        self.redis = await create_redis(url, policy.redis.mode, timeout_s)
+        # The embedded Redis is one server: nothing to detect.
+        mode = "single" if self.embedded is not None else policy.redis.mode
+        self.redis = await create_redis(url, mode, timeout_s)
         # Limits get a wider budget than cache lookups: failing open there lets traffic past a tenant's limit.
         self.limiter = RateLimiter(self.redis, self.metrics, max(timeout_s * 10, 0.05))
         try:

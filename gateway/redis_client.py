@@ -70,6 +70,8 @@ class ClusterClient(RedisCluster):
         self._refresh_task = asyncio.get_running_loop().create_task(self._refresh())
 
     async def _refresh(self) -> None:
+        if self._init_task is not None and not self._init_task.done():  # it re-reads the slot map already
+            return
         try:
             await self.nodes_manager.initialize()
             if self.get_default_node() is None or self.get_default_node() not in self.get_primaries():
@@ -81,11 +83,6 @@ class ClusterClient(RedisCluster):
         if self._refresh_task is not None:
             self._refresh_task.cancel()
         await super().aclose()
-
-
-def node_of(redis: Any, key: str) -> str:
-    """The node that serves `key`: host:port on a cluster, "" on a single server (one node)."""
-    return redis.node_name(key) if isinstance(redis, ClusterClient) else ""
 
 
 async def detect_cluster(url: str, timeout_s: float = DETECT_TIMEOUT_S) -> bool | None:

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from gateway.deadline import LoopTimeout
 from gateway.metrics import Metrics
-from gateway.redis_client import ClusterClient, node_of
+from gateway.redis_client import ClusterClient
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.redis")
@@ -72,19 +72,10 @@ class RedisGuard:
         """Whether any node's breaker is open (on a single server: whether its breaker is)."""
         return any(b.is_open() for b in self._breakers.values())
 
-    @property
-    def _open_until(self) -> float:
-        return max(b.open_until for b in self._breakers.values())
-
-    @_open_until.setter
-    def _open_until(self, value: float) -> None:  # tests end an open period early without waiting it out
-        for breaker in self._breakers.values():
-            breaker.open_until = value
-
     def _breaker(self, key: str | None) -> tuple[str, _Breaker]:
         if self._cluster is None or key is None:
             return "", self._breakers[""]
-        node = node_of(self._cluster, key)
+        node = self._cluster.node_name(key)
         breaker = self._breakers.get(node)
         if breaker is None:
             breaker = self._breakers[node] = _Breaker()

@@ -238,6 +238,7 @@ def export_onnx(path: Path, tokens: WordPieces, fuse: bool = True) -> bytes:
 
 HUGE_PAGE = 1 << 21
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # Linux; MADV_COLLAPSE since 6.1 (before it, khugepaged collapses later)
+MIN_HUGE_REGION = 16 << 20  # the weights' buffers (~45 MB, ~100 MB); not thread stacks (8 MB) or small arenas
 
 
 def _anonymous_regions() -> set[tuple[int, int]]:
@@ -256,25 +257,26 @@ def _anonymous_regions() -> set[tuple[int, int]]:
 
 
 def huge_pages(before: set[tuple[int, int]]) -> int:
-    """Back the anonymous memory mapped since `before` (the session's weights, prepacked for its GEMMs) with
-    2 MB transparent huge pages; returns how many. A batch-1 pass streams all ~42 MB of weights, more than the
-    L3 cache holds: with 4 KB pages that is ~10k page-table walks per pass, with 2 MB pages ~20. Best effort:
-    where the kernel refuses (THP off, an old kernel, not Linux) the weights stay as they were."""
+    """Back the large anonymous regions mapped since `before` (the session's weights, prepacked for its GEMMs)
+    with 2 MB transparent huge pages; returns how many. A batch-1 pass streams all ~42 MB of weights, more than
+    the L3 cache holds: with 4 KB pages that is ~10k page-table walks per pass, with 2 MB pages ~20. Best effort,
+    never raises: where the kernel refuses (THP off, an old kernel, not Linux) the weights stay as they were."""
     import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         madvise = libc.madvise
-    except (OSError, AttributeError):
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        pages = 0
+        for lo, hi in _anonymous_regions() - before:
+            start, end = (lo + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), hi & ~(HUGE_PAGE - 1)
+            if end - start >= MIN_HUGE_REGION and madvise(start, end - start, MADV_HUGEPAGE) == 0:
+                if madvise(start, end - start, MADV_COLLAPSE) == 0:
+                    pages += (end - start) // HUGE_PAGE
+        return pages
+    except Exception as e:  # best effort: the weights work as well in 4 KB pages
+        log.debug("semantic cache: no huge pages for the embedding model (%s)", e)
         return 0
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    pages = 0
-    for lo, hi in _anonymous_regions() - before:
-        start, end = (lo + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), hi & ~(HUGE_PAGE - 1)
-        if end - start >= HUGE_PAGE and madvise(start, end - start, MADV_HUGEPAGE) == 0:
-            if madvise(start, end - start, MADV_COLLAPSE) == 0:
-                pages += (end - start) // HUGE_PAGE
-    return pages
 
 
 def onnx_forward(path: Path, tokens: WordPieces, directory: Path | None = None) -> Forward:
@@ -307,14 +309,16 @@ class MiniLMEmbedder:
             raise ValueError(f"{BACKEND_ENV} must be onnx or torch, not {backend!r}")
         self._forward: Forward
         if backend == "onnx":
+            hugepages = os.environ.get(HUGEPAGES_ENV, "1") != "0"
+            before = _anonymous_regions() if hugepages else set()
             try:
-                before = _anonymous_regions()
                 self._forward = onnx_forward(path, self._tokens, directory)
-                if os.environ.get(HUGEPAGES_ENV, "1") != "0":
-                    log.debug("semantic cache: %d huge pages for the embedding model", huge_pages(before))
             except Exception as e:  # same vectors from torch, only slower
                 log.warning("semantic cache: ONNX Runtime path unavailable (%s); embedding with torch", e)
                 backend = "torch"
+            else:
+                if hugepages:
+                    log.debug("semantic cache: %d huge pages for the embedding model", huge_pages(before))
         if backend == "torch":
             self._forward = torch_forward(path)
         self.backend = backend

@@ -58,10 +58,11 @@ class ExactCache:
             pipe.set(key, value, px=max(1, int(ttl_s * 1000)))
             pipe.zadd(ks.exact_index(ns), {digest: expires_at})
             pipe.zremrangebyscore(ks.exact_index(ns), "-inf", now)  # forget entries Redis already expired
+            essential = len(pipe)
             # The namespace set is one key of its own (on a cluster, maybe on another master): a later store
             # registers the namespace if this one could not.
             pipe.sadd(ks.NAMESPACES, namespace_member(tenant, model, ns))
-            return await execute_partial(pipe, 3)
+            return await execute_partial(pipe, essential)
 
         await self._store_guard.call(write, key=key)
 

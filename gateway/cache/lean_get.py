@@ -99,12 +99,18 @@ class LeanGet(asyncio.Protocol):
             if kw["db"]:
                 await self._send(_command(b"SELECT", str(kw["db"]).encode()))
             self._connecting.set_result(None)
-        except BaseException as e:
+        except Exception as e:
             if self._transport is not None:
                 self._transport.close()
             self._connecting.set_exception(RedisConnectionError(f"lean get: {e}"))
             self._connecting.exception()  # retrieved: the waiters above get their own error
             raise RedisConnectionError(f"lean get: {e}") from e
+        except BaseException as e:  # cancelled (or interrupted): the waiters fail, this one re-raises as it was
+            if self._transport is not None:
+                self._transport.close()
+            self._connecting.set_exception(RedisConnectionError(f"lean get: connect interrupted ({e!r})"))
+            self._connecting.exception()
+            raise
         finally:
             self._connecting = None
 

@@ -303,7 +303,7 @@ class SemanticCache:
         meta_doc = orjson.dumps({"scope": query.scope, "text": query.text, "at": born, "exp": expires_at})
         key, lru = ks.semantic_entry(ns, eid), ks.semantic_lru(ns, query.scope)
 
-        async def write() -> list:
+        async def write() -> int:
             pipe = self._redis.pipeline(transaction=False)
             pipe.hset(key, mapping={"v": v64, "m": meta_doc, "c": orjson.dumps(completion)})
             pipe.pexpireat(key, int(expires_at * 1000))
@@ -312,16 +312,17 @@ class SemanticCache:
             pipe.zadd(lru, {eid: now})  # a backfill is a use: it comes from an exact hit
             pipe.sadd(ks.semantic_scopes(ns), query.scope)
             pipe.zcard(lru)
+            essential = len(pipe)  # the entry's own commands; the zcard is the last of them
             # Shared keys last: on a cluster they may live on another master, whose failure must not fail
             # this store (other processes then learn of the entry when they next load, not by event).
             pipe.sadd(ks.NAMESPACES, namespace_member(tenant, model, ns))
             pipe.xadd(ks.EVENTS, {"op": "add", "ns": ns, "id": eid, "m": meta_doc, "v": v64},
                       maxlen=ks.EVENTS_MAXLEN, approximate=True)
-            return await execute_partial(pipe, 7)
+            return (await execute_partial(pipe, essential))[essential - 1]
 
-        results = await self._store_guard.call(write, key=key)
+        count = await self._store_guard.call(write, key=key)
         await self.worker.run(self.worker.indexes.add, meta, vector)
-        excess = int(results[6]) - config.max_entries
+        excess = int(count) - config.max_entries
         if excess > 0:
             await self._evict(ns, query.scope, excess)
         return "stored"
@@ -341,9 +342,10 @@ class SemanticCache:
             pipe = self._redis.pipeline(transaction=False)
             pipe.delete(*(ks.semantic_entry(ns, eid) for eid in ids))
             pipe.zrem(ks.semantic_index(ns), *ids)
+            essential = len(pipe)
             pipe.xadd(ks.EVENTS, {"op": "del", "ns": ns, "ids": ",".join(ids)},
                       maxlen=ks.EVENTS_MAXLEN, approximate=True)
-            return await execute_partial(pipe, 2)
+            return await execute_partial(pipe, essential)
 
         await self._store_guard.call(delete, key=ks.semantic_index(ns))
         for eid in ids:

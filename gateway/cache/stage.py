@@ -420,11 +420,8 @@ class CacheStage:
         self._lookup_seconds[layer].observe(time.perf_counter() - t0)
 
     def _count(self, layer: str, result: str) -> None:
+        self._lookup_counts[(layer, result)].inc()  # KeyError: a result missing from LOOKUP_RESULTS
         self.counts[(layer, result)] += 1
-        child = self._lookup_counts.get((layer, result))
-        if child is None:  # a result not listed in LOOKUP_RESULTS: resolved (and kept) on first use
-            child = self._lookup_counts[(layer, result)] = self.metrics.cache_lookups.labels(layer, result)
-        child.inc()
 
     async def _purge_unlisted(self) -> int:
         """What the namespace set does not list (its master lost a write in a failover, say): SCAN every master

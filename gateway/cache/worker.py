@@ -155,12 +155,6 @@ class SemanticWorker:
         vector, _ = await self._submit(text, None, 0)
         return vector
 
-    def fits(self, texts: list[str]) -> list[bool]:
-        """On the worker thread: which texts fit the embedding window."""
-        if self._window is None:
-            raise RuntimeError("embedding model not loaded")
-        return self._window.fits(texts)
-
     async def _submit(self, text: str, scope: str | None, k: int) -> tuple[np.ndarray | None, Candidates]:
         if self._encoder is None:
             raise RuntimeError("embedding model not loaded")
