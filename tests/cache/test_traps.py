@@ -11,6 +11,8 @@ from gateway.cache.calibrate import LabelledPair, score, similarities
 from gateway.cache.config import SemanticConfig
 from gateway.cache.embedder import MiniLMEmbedder
 from gateway.cache.keys import semantic_text
+from gateway.cache.normalize import semantic_form
+from gateway.cache.verifier import facts, verify
 
 DEFAULT = SemanticConfig().threshold
 
@@ -113,25 +115,12 @@ def test_near_repeat_form_never_touches_the_exact_key() -> None:
     ("妈妈给女儿的钱要交税吗", "女儿给妈妈的钱要交税吗"),
     # exchanged parties around a middle that was reworded too
     ("房东提前收回房子要赔租客钱吗？", "租客提前退租要赔房东钱吗？"),
-])
-def test_terms_exchanged_around_a_relation_are_turned_down(cached: str, new: str) -> None:
-    from gateway.cache.verifier import verify
-
-    verdict = verify(cached, new)
-    assert not verdict.ok
-    assert verdict.reason == "order"
-
-
-@pytest.mark.parametrize(("cached", "new"), [
     # named things reversed around a direction word in reworded texts
     ("How long does it take to drive from Boston to NYC?", "driving time NYC to Boston"),
     ("How do I move photos from google photos to icloud?", "Moving photos from icloud to google photos - how?"),
     ("从北京到上海多远", "上海到北京有多远"),
 ])
-def test_named_things_reversed_around_a_direction_in_reworded_texts_are_turned_down(cached: str,
-                                                                                    new: str) -> None:
-    from gateway.cache.verifier import verify
-
+def test_terms_exchanged_around_a_relation_are_turned_down(cached: str, new: str) -> None:
     verdict = verify(cached, new)
     assert not verdict.ok
     assert verdict.reason == "order"
@@ -156,8 +145,6 @@ def test_named_things_reversed_around_a_direction_in_reworded_texts_are_turned_d
     ("红烧肉怎么做", "怎么做红烧肉"),
 ])
 def test_reordering_that_keeps_the_meaning_passes_the_verifier(cached: str, new: str) -> None:
-    from gateway.cache.verifier import verify
-
     verdict = verify(cached, new)
     assert verdict.ok, verdict.reason
 
@@ -176,8 +163,6 @@ def test_reordering_that_keeps_the_meaning_passes_the_verifier(cached: str, new:
     ("iphone怎么截图", "安卓手机怎么截屏"),
 ])
 def test_a_named_thing_swapped_for_another_of_its_class_is_turned_down(cached: str, new: str) -> None:
-    from gateway.cache.verifier import verify
-
     verdict = verify(cached, new)
     assert not verdict.ok
     assert verdict.reason in ("entity", "content")  # "content" where the rest of the text is the same
@@ -191,9 +176,6 @@ def test_a_named_thing_swapped_for_another_of_its_class_is_turned_down(cached: s
     ("华为手机怎么截屏", "huawei 怎么截屏"),
 ])
 def test_spellings_of_one_named_thing_are_not_a_substitution(cached: str, new: str) -> None:
-    from gateway.cache.normalize import semantic_form
-    from gateway.cache.verifier import facts
-
     named_cached, named_new = facts(semantic_form(cached)).named, facts(semantic_form(new)).named
     assert named_cached  # the lexicon finds the thing, lower-case or not
     assert named_cached <= named_new  # and reads its spellings as one
