@@ -683,7 +683,7 @@ def _cjk_reordered(a: str, b: str) -> bool:
     return False
 
 
-_ZH_JOINTS = frozenset("和与跟同或及、")  # one character each; 还是 / 或者 / 以及 are _ZH_JOINT_WORDS
+_ZH_JOINTS = frozenset("和与跟同或及、")  # one character each; the two-character joints are neutral words
 _CJK_EXCHANGE_MAX = 80
 
 
@@ -708,7 +708,7 @@ def _cjk_exchanged(a: str, b: str) -> bool:
                 middle = a[i + nx:i + nx + m]
                 if len(middle) < m:
                     break
-                if set(middle) <= _ZH_JOINTS or middle in _ZH_JOINT_WORDS:
+                if set(middle) <= _ZH_JOINTS:  # 还是 / 或者 / 以及 are neutral words, gone from these texts
                     continue
                 for ny in (1, 2):
                     y = a[i + nx + m:i + nx + m + ny]
