@@ -9,15 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
-from yarl import URL
 
 from gateway.backends.base import BackendError, Timeouts
+from gateway.backends.http_client import (
+    BadResponse,
+    ConnectFailed,
+    Connection,
+    ConnectTimedOut,
+    Disconnected,
+    HTTPClientError,
+    Pool,
+    TimedOut,
+)
 from gateway.backends.sse import SSEEvent, SSEParser, SSEProtocolError
 from gateway.errors import error_body
 from gateway.metrics import Metrics
@@ -25,6 +35,8 @@ from gateway.metrics import Metrics
 DRAIN_S = 1.0  # after the terminal event, wait this long for the body's end before dropping the connection
 READY_TIMEOUTS = Timeouts(connect=2.0, first_byte=3.0, total=3.0)
 ERROR_BODY_LIMIT = 1 << 20  # read at most this much of an error body
+ERROR_BODY_S = 5.0  # ... for at most this long: a 429 whose body hangs must not hold the caller for `total`
+USER_AGENT = "llm-gateway"
 
 
 def parse_retry_after(headers: object) -> float | None:
@@ -38,7 +50,7 @@ def parse_retry_after(headers: object) -> float | None:
             return max(0.0, float(ms) / 1000.0)
         except ValueError:
             pass
-    value = get("Retry-After")
+    value = get("retry-after")  # lower case: the client's header dict is; aiohttp's multidict doesn't care
     if not value:
         return None
     try:
@@ -78,7 +90,8 @@ def openai_error_envelope(status: int, raw: bytes) -> dict:
 
 
 class HTTPUpstream:
-    """The HTTP side of a backend. `envelope` turns an upstream error body into OpenAI's envelope."""
+    """The HTTP side of a backend. `envelope` turns an upstream error body into OpenAI's envelope.
+    `ssl_context` overrides the default TLS verification for an https base URL (a private CA, say)."""
 
     def __init__(
         self,
@@ -88,30 +101,45 @@ class HTTPUpstream:
         max_connections: int,
         metrics: Metrics,
         envelope: Callable[[int, bytes], dict] = openai_error_envelope,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
         self.base_url = base_url.rstrip("/")
-        self._headers = {"Content-Type": "application/json", **headers}
+        parts = urlsplit(self.base_url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"backend {name}: base_url must be an http(s) URL with a host, not {base_url!r}")
+        self._tls = scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._tls else 80)
+        self._prefix = parts.path
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        if parts.port is not None and parts.port != (443 if self._tls else 80):
+            host = f"{host}:{parts.port}"
+        all_headers = {"Host": host, "User-Agent": USER_AGENT, "Accept": "*/*", "Accept-Encoding": "identity",
+                       "Content-Type": "application/json", **headers}
+        for key, value in all_headers.items():
+            if any(c in f"{key}{value}" for c in "\r\n\0") or not key or ":" in key:
+                raise ValueError(f"backend {name}: header {key!r} has a name or value HTTP cannot carry")
+        # Every header line but Content-Length, written once: a request is this plus the length and the body.
+        self._static_head = "".join(f"{k}: {v}\r\n" for k, v in all_headers.items()).encode("latin-1")
+        self._heads: dict[tuple[str, str], bytes] = {}
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        self._ssl = ssl_context
+        self._pool: Pool | None = None
         self._inflight = metrics.inflight(name)
         self._metrics = metrics
         self._envelope = envelope
-        # Built once, not per request: aiohttp re-parses a str URL and each ClientTimeout is a new object.
-        self._urls: dict[str, URL] = {}
-        self._client_timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
 
     async def start(self) -> None:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector, headers=self._headers, timeout=aiohttp.ClientTimeout(total=None)
-            )
+        if self._pool is None:
+            ctx = (self._ssl or ssl.create_default_context()) if self._tls else None
+            self._pool = Pool(self._host, self._port, ctx, self._max_connections)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def fail(self, err: BackendError) -> BackendError:
         """Count an error in the metrics (client mistakes excepted); returns it for `raise`."""
@@ -125,16 +153,16 @@ class HTTPUpstream:
         if track:
             self._inflight.inc()
         try:
-            resp = await self._open(method, path, payload, timeouts, track)
+            conn = await self._open(method, path, payload, timeouts, track)
             try:
-                raw = await resp.read()
-            except TimeoutError:
+                raw = await self._read_body(conn)
+            except TimedOut:
                 raise self._tracked(track, self._timeout(f"total timeout of {timeouts.total}s", True)) from None
-            except aiohttp.ClientError as e:
+            except HTTPClientError as e:
                 raise self._tracked(track, BackendError("protocol", f"reading the upstream body failed: {e}",
                                                         502, retryable=True)) from None
             finally:
-                resp.release()
+                conn.release()
             try:
                 answer = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -147,6 +175,19 @@ class HTTPUpstream:
         finally:
             if track:
                 self._inflight.dec()
+
+    @staticmethod
+    async def _read_body(conn: Connection) -> bytes:
+        first = await conn.read()  # usually the whole body, already parsed in the same read as the headers
+        if not first:
+            return first
+        rest = await conn.read()
+        if not rest:
+            return first
+        parts = [first, rest]
+        while data := await conn.read():
+            parts.append(data)
+        return b"".join(parts)
 
     async def list_models(self, path: str, fallback: list[str]) -> list[str]:
         """Model ids from an OpenAI-style `GET {path}` list; `fallback` when the upstream cannot say."""
@@ -193,53 +234,48 @@ class HTTPUpstream:
         upstream sees the client go away; a stream read to its end gives its connection back to the pool.
         """
         self._inflight.inc()
-        resp: aiohttp.ClientResponse | None = None
+        conn: Connection | None = None
         yielded = False
         try:
             parser = SSEParser()
             pending: list[SSEEvent] = []
             try:
-                async with asyncio.timeout(timeouts.first_byte) as first_byte:
-                    resp = await self._open("POST", path, payload, timeouts, True, guarded=False)
-                    pending = await self._next_events(resp, parser, timeouts, yielded)
-            except TimeoutError:
-                if first_byte.expired():
-                    raise self.fail(self._timeout(f"no first event within {timeouts.first_byte}s", True)) from None
-                raise self.fail(self._timeout(f"total timeout of {timeouts.total}s", True)) from None
+                async with asyncio.timeout(timeouts.first_byte):
+                    conn = await self._open("POST", path, payload, timeouts, True, guarded=False)
+                    pending = await self._next_events(conn, parser, timeouts, yielded)
+            except TimeoutError:  # the client's own deadlines raise TimedOut, mapped where they happen
+                raise self.fail(self._timeout(f"no first event within {timeouts.first_byte}s", True)) from None
             while pending:
                 for i, event in enumerate(pending):
                     if is_terminal(event):
                         yielded = True
                         yield pending[:i + 1]
-                        await self._drain(resp)
-                        resp = None
+                        await self._drain(conn)
+                        conn = None
                         return
                 yielded = True
                 yield pending
-                pending = await self._next_events(resp, parser, timeouts, yielded)
+                pending = await self._next_events(conn, parser, timeouts, yielded)
             raise self.fail(BackendError("protocol", "upstream closed the stream before it finished", 502,
                                          retryable=not yielded))
         except SSEProtocolError as e:
             raise self.fail(BackendError("protocol", str(e), 502, retryable=not yielded)) from None
         finally:
-            if resp is not None:
-                resp.close()  # drops the connection: the upstream sees the client leave
+            if conn is not None:
+                conn.release()  # unfinished, so it closes: the upstream sees the client leave
             self._inflight.dec()
 
     async def _next_events(
-        self, resp: aiohttp.ClientResponse, parser: SSEParser, timeouts: Timeouts, yielded: bool
+        self, conn: Connection, parser: SSEParser, timeouts: Timeouts, yielded: bool
     ) -> list[SSEEvent]:
         """Read until at least one event is complete; [] at end of body."""
         while True:
             try:
-                chunk = await resp.content.readany()
-            except TimeoutError:
+                chunk = await conn.read()
+            except TimedOut:
                 raise self.fail(self._timeout(f"total timeout of {timeouts.total}s", not yielded)) from None
-            except aiohttp.ClientPayloadError as e:
+            except HTTPClientError as e:
                 raise self.fail(BackendError("protocol", f"upstream stream was cut: {e}", 502,
-                                             retryable=not yielded)) from None
-            except aiohttp.ClientError as e:
-                raise self.fail(BackendError("protocol", f"upstream stream failed: {e}", 502,
                                              retryable=not yielded)) from None
             if not chunk:
                 return []
@@ -247,75 +283,101 @@ class HTTPUpstream:
             if events:
                 return events
 
-    async def _drain(self, resp: aiohttp.ClientResponse) -> None:
+    @staticmethod
+    async def _drain(conn: Connection) -> None:
         """Read the body's end so the keep-alive connection can be reused; drop it if that stalls."""
         try:
-            async with asyncio.timeout(DRAIN_S):
-                while await resp.content.readany():
+            if conn.complete:  # the usual case: the end came in the same read as the terminal event
+                while await conn.read():
                     pass
-        except (TimeoutError, aiohttp.ClientError):
-            resp.close()
-            return
-        resp.release()
+            else:
+                async with asyncio.timeout(DRAIN_S):
+                    while await conn.read():
+                        pass
+        except (TimeoutError, HTTPClientError):
+            pass
+        finally:
+            conn.release()
+
+    def _request_bytes(self, method: str, path: str, payload: bytes | None) -> bytes:
+        head = self._heads.get((method, path))
+        if head is None:
+            target = (self._prefix + path).encode("latin-1")
+            head = self._heads[(method, path)] = method.encode() + b" " + target + b" HTTP/1.1\r\n" + self._static_head
+        if payload is None:
+            return head + b"\r\n"
+        return b"%sContent-Length: %d\r\n\r\n%s" % (head, len(payload), payload)
 
     async def _open(
         self, method: str, path: str, payload: bytes | None, timeouts: Timeouts, track: bool, guarded: bool = True
-    ) -> aiohttp.ClientResponse:
+    ) -> Connection:
         """Send the request and wait for a 2xx response's headers (within first_byte unless the caller
         guards that itself). Error statuses are read and raised as BackendError."""
-        if self._session is None:
+        if self._pool is None:
             await self.start()
-        assert self._session is not None
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = URL(self.base_url + path)
-        timeout = self._client_timeouts.get((timeouts.total, timeouts.connect))
-        if timeout is None:
-            timeout = self._client_timeouts[(timeouts.total, timeouts.connect)] = aiohttp.ClientTimeout(
-                total=timeouts.total, sock_connect=timeouts.connect)
+        pool = self._pool
+        assert pool is not None
+        data = self._request_bytes(method, path, payload)
+        now = pool.loop.time()
+        total_at = now + timeouts.total
+        first_at = now + timeouts.first_byte if guarded else None
+        limit_at = total_at if first_at is None or total_at <= first_at else first_at
+        url = self.base_url + path
         for attempt in (1, 2):
             try:
-                async with asyncio.timeout(timeouts.first_byte if guarded else None) as first_byte:
-                    resp = await self._session.request(method, url, data=payload, timeout=timeout)
-                break
-            except aiohttp.ConnectionTimeoutError:
+                conn = await pool.acquire(timeouts.connect, limit_at)
+            except ConnectTimedOut:
                 raise self._tracked(track, self._timeout(f"connect timeout of {timeouts.connect}s to {url}",
                                                          True)) from None
-            except TimeoutError:
-                if first_byte.expired():
-                    raise self._tracked(track, self._timeout(
-                        f"no response headers within {timeouts.first_byte}s", True)) from None
-                if guarded:
-                    raise self._tracked(track, self._timeout(f"total timeout of {timeouts.total}s", True)) from None
-                raise  # the caller's own first-byte guard tells the two apart
-            except aiohttp.ClientConnectorError as e:
-                raise self._tracked(track, BackendError("connect", f"cannot connect to {url}: {e.os_error}",
-                                                        502, retryable=True)) from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            except ConnectFailed as e:
+                raise self._tracked(track, BackendError("connect", f"cannot connect to {url}: {e}", 502,
+                                                        retryable=True)) from None
+            except TimedOut:
+                raise self._tracked(track, self._head_timeout(limit_at != total_at, timeouts)) from None
+            conn.send(data, first_at, total_at)
+            try:
+                await conn.head()
+            except Disconnected as e:
+                conn.release()
                 # A pooled keep-alive connection the upstream had already closed: one fresh try.
                 if attempt == 2:
                     raise self._tracked(track, BackendError("connect", f"upstream {url} dropped the "
                                                             f"connection: {e}", 502, retryable=True)) from None
-            except aiohttp.ClientError as e:
+                continue
+            except TimedOut as e:
+                conn.release()
+                raise self._tracked(track, self._head_timeout(e.phase == "first_byte", timeouts)) from None
+            except BadResponse as e:
+                conn.release()
                 raise self._tracked(track, BackendError("protocol", f"request to {url} failed: {e}", 502,
                                                         retryable=True)) from None
-        if resp.status >= 400:
-            raise self._tracked(track, await self._status_error(resp))
-        return resp
+            except BaseException:  # cancelled (the caller's own deadline, a client gone): drop the socket
+                conn.release()
+                raise
+            if conn.status >= 400:
+                raise self._tracked(track, await self._status_error(conn, f"{method} {url}"))
+            return conn
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
-    async def _status_error(self, resp: aiohttp.ClientResponse) -> BackendError:
-        status = resp.status
+    def _head_timeout(self, first_byte: bool, timeouts: Timeouts) -> BackendError:
+        if first_byte:
+            return self._timeout(f"no response headers within {timeouts.first_byte}s", True)
+        return self._timeout(f"total timeout of {timeouts.total}s", True)
+
+    async def _status_error(self, conn: Connection, what: str) -> BackendError:
+        status = conn.status
         try:
-            raw = await resp.content.read(ERROR_BODY_LIMIT)
-        except (TimeoutError, aiohttp.ClientError):
+            async with asyncio.timeout(ERROR_BODY_S):
+                raw, _ = await conn.read_all(ERROR_BODY_LIMIT)
+        except (TimeoutError, HTTPClientError):
             raw = b""
         finally:
-            resp.release()
+            conn.release()  # a body cut at the limit, or not read to its end, closes the connection
         body = self._envelope(status, raw)
         preview = raw[:500].decode("utf-8", "replace").strip()
         # For the log only (tenants get a generic message): which URL, and what the upstream said.
-        message = f"{resp.method} {resp.url} answered HTTP {status}: {preview or '(empty body)'}"
-        retry_after = parse_retry_after(resp.headers)
+        message = f"{what} answered HTTP {status}: {preview or '(empty body)'}"
+        retry_after = parse_retry_after(conn.headers)
         if status == 429:
             return BackendError("status_429", message, 429, True, body, retry_after)
         if status >= 500:  # Anthropic's 529 (overloaded_error) stays a 529, its type kept in `body`

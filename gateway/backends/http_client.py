@@ -1,0 +1,415 @@
+"""A lean pooled HTTP/1.1 client for the gateway's upstreams (the per-request cost of aiohttp's client was
+most of the proxy's CPU under load).
+
+One `asyncio.Protocol` per keep-alive connection parses responses with httptools (llhttp, in C) straight
+from `data_received`: no StreamReader, no per-request response object, no header multidict. A request is
+one `transport.write` of pre-built header bytes plus the body as is. `Pool` keeps idle connections LIFO
+(the warmest socket first) up to `max_connections` open, queueing callers when all are busy.
+
+Timeouts are loop timers on the connection, not `asyncio.timeout` blocks: the first-byte timer stops at the
+response headers, the total timer at the end of the body; either one fails the exchange and closes the socket.
+Errors are this module's exceptions; `upstream.HTTPUpstream` maps them to `BackendError`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import zlib
+from collections import deque
+from typing import Any
+
+import httptools
+
+MAX_HEAD_BYTES = 64 * 1024  # status line and headers together; more is not an HTTP API answering
+HIGH_WATER = 256 * 1024  # unread body bytes at which the socket stops being read (the consumer lags)
+LOW_WATER = 64 * 1024  # ... and resumes once the consumer has taken the buffer below this
+
+
+class HTTPClientError(Exception):
+    """Base of the client's errors."""
+
+
+class ConnectFailed(HTTPClientError):
+    """The TCP (or TLS) connection could not be opened."""
+
+
+class ConnectTimedOut(HTTPClientError):
+    """Opening the connection took longer than the connect timeout."""
+
+
+class Disconnected(HTTPClientError):
+    """The upstream closed the connection before sending a byte of the response: a pooled connection it had
+    already dropped, so the request can safely be sent once more on a fresh one."""
+
+
+class BadResponse(HTTPClientError):
+    """A malformed, oversized or cut response."""
+
+
+class TimedOut(HTTPClientError):
+    """A response deadline passed; `phase` is "first_byte" (no headers yet) or "total"."""
+
+    def __init__(self, phase: str) -> None:
+        super().__init__(phase)
+        self.phase = phase
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; one exchange at a time (no pipelining)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._loop = pool.loop
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.idle = False
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._header_list: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+        self._buffered = 0
+        self._head_done = False
+        self.complete = False
+        self._error: HTTPClientError | None = None
+        self._waiter: asyncio.Future | None = None
+        self._got_bytes = False
+        self._head_bytes = 0
+        self._paused = False
+        self._until_eof = False  # no Content-Length and not chunked: the body ends when the socket does
+        self._decoder: Any = None
+        self._keep_alive = False
+        self._bad: str | None = None  # why a callback stopped the parser
+        self._first_timer: asyncio.TimerHandle | None = None
+        self._total_timer: asyncio.TimerHandle | None = None
+
+    # ---- asyncio.Protocol -----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.idle or self.complete:
+            # Bytes nobody asked for (or after the response): the connection's framing can't be trusted.
+            self._close()
+            return
+        if self._error is not None:
+            return
+        self._got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(BadResponse("upstream switched protocols"))
+            return
+        except httptools.HttpParserError as e:
+            self._fail(BadResponse(self._bad or f"malformed response: {e}"))
+            return
+        if not self._head_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(BadResponse(f"response headers longer than {MAX_HEAD_BYTES} bytes"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.idle:
+            self._pool._forget(self)
+            return
+        if self.complete or self._error is not None:
+            return
+        if self._until_eof and self._head_done:
+            self._finish_body()
+        elif not self._got_bytes:
+            self._fail(Disconnected("upstream closed the connection before answering"))
+        else:
+            self._fail(BadResponse("upstream closed the connection mid-response"))
+
+    def pause_writing(self) -> None:  # request bodies are written at once; the kernel buffers them
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ---- httptools callbacks --------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._header_list = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_list.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if status < 200:  # 1xx (103 Early Hints, a stray 100): informational, the real answer follows
+            return
+        self.status = status
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self._header_list}
+        self.headers = headers
+        self._head_done = True
+        if self._first_timer is not None:
+            self._first_timer.cancel()
+            self._first_timer = None
+        if "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower():
+            self._until_eof = status not in (204, 304)
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding in ("gzip", "x-gzip"):
+            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._decoder = zlib.decompressobj()
+        elif encoding != "identity":
+            self._abort(f"unsupported content-encoding {encoding!r}")
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        if self._decoder is not None:
+            try:
+                body = self._decoder.decompress(body)
+            except zlib.error as e:
+                self._abort(f"body does not decompress: {e}")
+        self._body.append(body)
+        self._buffered += len(body)
+        if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self._head_done:
+            # Only now: llhttp forgets the keep-alive flags once the next message begins.
+            self._keep_alive = self._parser.should_keep_alive()
+            self._finish_body()
+
+    def _abort(self, why: str) -> None:
+        """Stop the parser from inside a callback; `feed_data` then raises and `data_received` reports `why`."""
+        self._bad = why
+        raise ValueError(why)
+
+    # ---- the exchange -----------------------------------------------------------------------------------
+    def send(self, data: bytes, first_at: float | None, total_at: float) -> None:
+        """Write one request; start its deadlines (loop times)."""
+        assert self.transport is not None
+        self.status = 0
+        self.headers = {}
+        self._head_done = self.complete = self._got_bytes = self._until_eof = self._keep_alive = False
+        self._head_bytes = 0
+        self._decoder = None
+        loop = self._loop
+        if first_at is not None:
+            self._first_timer = loop.call_at(first_at, self._expire, "first_byte")
+        self._total_timer = loop.call_at(total_at, self._expire, "total")
+        self.transport.write(data)
+
+    async def head(self) -> None:
+        """Wait for the response's status line and headers."""
+        while not self._head_done:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+
+    async def read(self) -> bytes:
+        """The body bytes that arrived since the last read (waiting for some); b"" once the body has ended."""
+        while not self._body:
+            if self._error is not None:
+                raise self._error
+            if self.complete:
+                return b""
+            await self._wait()
+        body = self._body
+        data = body[0] if len(body) == 1 else b"".join(body)
+        body.clear()
+        self._buffered = 0
+        if self._paused and not self.closed:
+            self._paused = False
+            assert self.transport is not None
+            self.transport.resume_reading()
+        return data
+
+    async def read_all(self, limit: int) -> tuple[bytes, bool]:
+        """The rest of the body, at most `limit` bytes; (body, whether it was cut at the limit)."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            data = await self.read()
+            if not data:
+                return b"".join(parts), False
+            parts.append(data)
+            size += len(data)
+            if size > limit:
+                return b"".join(parts)[:limit], True
+
+    @property
+    def reusable(self) -> bool:
+        return self.complete and self._keep_alive and not self.closed and self._error is None and not self._body
+
+    def close(self) -> None:
+        """Drop the connection (the upstream sees the client leave)."""
+        self._close()
+
+    def release(self) -> None:
+        """The exchange is over: back to the pool if it ended cleanly, else closed. Call exactly once."""
+        self._pool.release(self)
+
+    # ---- internals -----------------------------------------------------------------------------------
+    def _finish_body(self) -> None:
+        if self._decoder is not None:
+            tail = self._decoder.flush()
+            if tail:
+                self._body.append(tail)
+        self.complete = True
+        self._stop_timers()
+        self._wake()
+
+    def _wait(self) -> asyncio.Future:
+        waiter = self._waiter = self._loop.create_future()
+        return waiter
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _fail(self, error: HTTPClientError) -> None:
+        if self._error is None and not self.complete:
+            self._error = error
+        self._close()
+        self._wake()
+
+    def _expire(self, phase: str) -> None:
+        if phase == "first_byte":
+            self._first_timer = None
+        else:
+            self._total_timer = None
+        if not self.complete:
+            self._fail(TimedOut(phase))
+
+    def _stop_timers(self) -> None:
+        if self._first_timer is not None:
+            self._first_timer.cancel()
+            self._first_timer = None
+        if self._total_timer is not None:
+            self._total_timer.cancel()
+            self._total_timer = None
+
+    def _close(self) -> None:
+        self._stop_timers()
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+
+
+class Pool:
+    """Keep-alive connections to one origin: LIFO idle list, at most `limit` open, waiters served in order."""
+
+    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, limit: int) -> None:
+        self.host = host
+        self.port = port
+        self.ssl = ssl_context
+        self.limit = max(1, limit)
+        self.loop = asyncio.get_running_loop()
+        self._idle: list[Connection] = []
+        self._open = 0  # idle, busy and connecting together
+        self._waiters: deque[asyncio.Future] = deque()
+        self._closed = False
+
+    async def acquire(self, connect_timeout: float, limit_at: float) -> Connection:
+        """An open connection: the most recently used idle one, a new one, or the next one released.
+        Raises ConnectFailed, ConnectTimedOut, or TimedOut when `limit_at` (loop time) passes first."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            conn.idle = False
+            if not conn.closed:
+                return conn
+            self._open -= 1
+        if self._open >= self.limit:
+            handed = await self._wait_turn(limit_at)
+            if handed is not None:
+                return handed
+        else:
+            self._open += 1
+        try:
+            return await self._connect(connect_timeout, limit_at)
+        except BaseException:
+            self._open -= 1
+            self._wake_one()
+            raise
+
+    async def _wait_turn(self, limit_at: float) -> Connection | None:
+        """Queue until a connection is released (returned) or a slot frees (None: the caller connects)."""
+        waiter = self.loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout_at(limit_at):
+                return await waiter
+        except TimeoutError:
+            raise TimedOut("queue") from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                handed = waiter.result()  # the turn came as we were cancelled: pass it on
+                if handed is None:
+                    self._open -= 1
+                    self._wake_one()
+                else:
+                    self.release(handed)
+            raise
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    async def _connect(self, connect_timeout: float, limit_at: float) -> Connection:
+        loop = self.loop
+        budget = min(connect_timeout, limit_at - loop.time())
+        try:
+            async with asyncio.timeout(budget):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self), self.host, self.port, ssl=self.ssl,
+                    server_hostname=self.host if self.ssl is not None else None)
+        except TimeoutError:
+            raise (ConnectTimedOut() if budget >= connect_timeout else TimedOut("connect")) from None
+        except OSError as e:  # refused, unreachable, DNS (gaierror), TLS handshake (SSLError)
+            raise ConnectFailed(str(e) or type(e).__name__) from None
+        return conn
+
+    def release(self, conn: Connection) -> None:
+        """Back to the pool when its exchange ended cleanly, else closed; either way a waiter gets its turn."""
+        if conn.reusable and not self._closed:
+            conn._stop_timers()
+            waiters = self._waiters
+            while waiters:
+                waiter = waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(conn)
+                    return
+            conn.idle = True
+            self._idle.append(conn)
+            return
+        conn.close()
+        self._open -= 1
+        self._wake_one()
+
+    def _forget(self, conn: Connection) -> None:
+        """An idle connection the upstream closed."""
+        try:
+            self._idle.remove(conn)
+        except ValueError:
+            return
+        self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                self._open += 1  # the slot is the waiter's now
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.idle = False
+            conn.close()
+        self._open -= len(idle)
