@@ -7,17 +7,17 @@ import logging
 import os
 import re
 import time
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from gateway.appkeys import BACKEND, GATEWAY, PREPARED, REQUEST_ID, ROUTE, STATUS
-from gateway.backends.base import BackendError
+from gateway.backends.base import Backend, BackendError, Timeouts
 from gateway.errors import GatewayError, bad_request
 from gateway.gateway import Gateway
-from gateway.pipeline import CacheControl, RequestContext, Stage
+from gateway.pipeline import CHAT, COMPLETIONS, EMBEDDINGS, CacheControl, Endpoint, RequestContext, Stage
 from gateway.request_checks import check_depth, check_embeddings, check_generation
 from gateway.state import Snapshot
 from gateway.streaming import DONE_EVENT, CoalescingWriter, StreamAssembler, completion_to_chunks, sse_event
@@ -26,8 +26,18 @@ log = logging.getLogger("gateway")
 
 JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-ENDPOINT_PARAMS = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
-CHAT_ONLY = frozenset({"chat.completions"})
+ENDPOINT_PARAMS: dict[Endpoint, str] = {CHAT: "messages", COMPLETIONS: "prompt", EMBEDDINGS: "input"}
+CHAT_ONLY = frozenset({CHAT})
+# The backend call that answers each endpoint, whole or streamed: explicit callables, not method names.
+WHOLE: dict[Endpoint, Callable[[Backend, dict, Timeouts], Awaitable[dict]]] = {
+    CHAT: lambda b, body, t: b.chat(body, t),
+    COMPLETIONS: lambda b, body, t: b.completions(body, t),
+    EMBEDDINGS: lambda b, body, t: b.embeddings(body, t),
+}
+STREAMED: dict[Endpoint, Callable[[Backend, dict, Timeouts], AsyncIterator[dict]]] = {
+    CHAT: lambda b, body, t: b.chat_stream(body, t),
+    COMPLETIONS: lambda b, body, t: b.completions_stream(body, t),
+}
 # A client's X-Request-Id is echoed in headers, logs and JSON only if it is plain visible ASCII of sane length;
 # anything else (control bytes, non-UTF-8, spaces) is replaced by a fresh id.
 REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}\Z")
@@ -58,7 +68,7 @@ async def read_json(request: web.Request, max_bytes: int) -> dict:
     return body
 
 
-def validate_body(body: dict, endpoint: str) -> tuple[str, bool, bool]:
+def validate_body(body: dict, endpoint: Endpoint) -> tuple[str, bool, bool]:
     """Checks what the gateway itself relies on; returns (model, stream, include_usage)."""
     model = body.get("model")
     if model is None:
@@ -68,7 +78,7 @@ def validate_body(body: dict, endpoint: str) -> tuple[str, bool, bool]:
     param = ENDPOINT_PARAMS[endpoint]
     if param not in body:
         raise bad_request(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
-    if endpoint == "chat.completions":
+    if endpoint == CHAT:
         messages = body["messages"]
         if not isinstance(messages, list) or not messages:
             raise bad_request("'messages' must be a non-empty array.", "messages", "invalid_type")
@@ -86,14 +96,14 @@ def validate_body(body: dict, endpoint: str) -> tuple[str, bool, bool]:
         raise bad_request("'stream_options' must be an object.", "stream_options", "invalid_type")
     if options and not stream:
         raise bad_request("'stream_options' is only allowed when 'stream' is true.", "stream_options", "invalid_value")
-    if endpoint == "embeddings":
+    if endpoint == EMBEDDINGS:
         check_embeddings(body)
     else:
         check_generation(body, endpoint)
     return model, stream, bool(options and options.get("include_usage"))
 
 
-async def prepare(request: web.Request, endpoint: str) -> tuple[Gateway, Snapshot, RequestContext]:
+async def prepare(request: web.Request, endpoint: Endpoint) -> tuple[Gateway, Snapshot, RequestContext]:
     gw = request.app[GATEWAY]
     snap = gw.snapshot
     tenant = snap.auth.tenant_for(request.headers.get("Authorization"))
@@ -126,14 +136,14 @@ def upstream_body(ctx: RequestContext) -> dict:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, "chat.completions")
+    return await _generate(request, CHAT)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, "completions")
+    return await _generate(request, COMPLETIONS)
 
 
-async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
+async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
     gw, snap, ctx = await prepare(request, endpoint)
     stages = stages_for(gw, endpoint)
     for stage in stages:
@@ -143,10 +153,10 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     route = ctx.route
     if ctx.stream:
         return await _relay_stream(request, gw, snap, ctx, stages)
-    method = "chat" if endpoint == "chat.completions" else "completions"
+    call = WHOLE[endpoint]
     completion, name = await gw.router.call(
-        route, snap.backends, lambda b: getattr(b, method)(ctx.forward_body, route.timeouts),
-        kind=method, body=ctx.forward_body, tenant=ctx.tenant.name,
+        route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
+        endpoint=endpoint, body=ctx.forward_body, tenant=ctx.tenant.name,
     )
     for stage in stages:
         await stage.after(ctx, completion)
@@ -155,7 +165,7 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     return json_response(completion, ctx.response_headers)
 
 
-def stages_for(gw: Gateway, endpoint: str) -> list[Stage]:
+def stages_for(gw: Gateway, endpoint: Endpoint) -> list[Stage]:
     """The stages that serve `endpoint`, in order: each declares `endpoints` (without it: chat completions only,
     since a stage that reads `messages` cannot work on a legacy `prompt`)."""
     return [s for s in gw.stages if endpoint in getattr(s, "endpoints", CHAT_ONLY)]
@@ -180,17 +190,18 @@ async def _relay_stream(
 ) -> web.StreamResponse:
     route = ctx.route
     body = upstream_body(ctx)
-    method = "chat_stream" if ctx.endpoint == "chat.completions" else "completions_stream"
-    first, stream, name = await gw.router.open_stream(
-        route, snap.backends, lambda b: getattr(b, method)(body, route.timeouts),
-        kind="chat" if ctx.endpoint == "chat.completions" else "completion", body=body, tenant=ctx.tenant.name,
-    )
-    ctx.response_headers["X-Backend"] = request[BACKEND] = name
+    open_call = STREAMED[ctx.endpoint]
     assembler = StreamAssembler()
     ttft: float | None = None
     ended = False  # the stream reached [DONE]: its usage (or its estimate) is charged below
+    # The lease closes the upstream stream and frees the backend's in-flight slot however this block is left
+    # (done, an error event, a client that hung up); a stream that never opened raises here, holding nothing.
+    name: str | None = None  # set once a backend's stream is open
     try:
-        async with aclosing(stream):  # closing the iterator closes the upstream request at once
+        async with gw.router.open_stream(route, snap.backends, lambda b: open_call(b, body, route.timeouts),
+                                         endpoint=ctx.endpoint, body=body, tenant=ctx.tenant.name) as lease:
+            name = lease.backend
+            ctx.response_headers["X-Backend"] = request[BACKEND] = name
             response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
             await response.prepare(request)
             request[PREPARED] = response
@@ -207,9 +218,9 @@ async def _relay_stream(
                 return sse_event(chunk) if include_usage or choices or not chunk.get("usage") else None
 
             try:
-                if (data := take(first)) is not None:
+                if (data := take(lease.first)) is not None:
                     await out.add(data)
-                async for chunk in stream:  # `async for`, not anext(stream, None): one wrapper less per chunk
+                async for chunk in lease.chunks:  # `async for`, not anext(): one wrapper less per chunk
                     if (data := take(chunk)) is not None:
                         await out.add(data)
             except BackendError as e:
@@ -227,14 +238,11 @@ async def _relay_stream(
             await response.write_eof()
             ended = True
     finally:
-        try:
-            if not ended:
-                # Cut upstream, or a client that hung up: the stream ended before its usage chunk. Charge the
-                # tenant's TPM an estimate, or a tenant could generate without limit through streams that end
-                # early. Shielded: a client that hangs up cancels this task.
-                await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
-        finally:
-            gw.router.inflight.leave(name)
+        if name is not None and not ended:
+            # Cut upstream, or a client that hung up: the stream ended before its usage chunk. Charge the
+            # tenant's TPM an estimate, or a tenant could generate without limit through streams that end
+            # early. Shielded: a client that hangs up cancels this task.
+            await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
     completion = assembler.result()
     if assembler.complete:  # every choice ended: only then may a stage store it
         for stage in stages:
@@ -261,10 +269,11 @@ def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
 
 
 async def embeddings(request: web.Request) -> web.Response:
-    gw, snap, ctx = await prepare(request, "embeddings")
+    gw, snap, ctx = await prepare(request, EMBEDDINGS)
     route = ctx.route
-    result, name = await gw.router.call(route, snap.backends, lambda b: b.embeddings(ctx.forward_body, route.timeouts),
-                                        tenant=ctx.tenant.name)
+    call = WHOLE[EMBEDDINGS]
+    result, name = await gw.router.call(route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
+                                        endpoint=EMBEDDINGS, tenant=ctx.tenant.name)
     await gw.account(ctx, name, result.get("usage"))
     request[BACKEND] = name
     return json_response(result, {"X-Backend": name})

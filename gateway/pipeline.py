@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 if TYPE_CHECKING:
     import aiohttp
@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from gateway.backends.base import BackendPool
     from gateway.config.schema import Policy, Route, TenantConfig
     from gateway.metrics import Metrics
+
+
+# The one vocabulary for endpoints, from handlers to routing and backends: the OpenAI path's last part.
+# Cache keys hash these strings (gateway/cache/keys.py), so the values are part of every stored key.
+Endpoint = Literal["chat.completions", "completions", "embeddings"]
+CHAT: Final = "chat.completions"
+COMPLETIONS: Final = "completions"
+EMBEDDINGS: Final = "embeddings"
 
 
 @dataclass(slots=True)
@@ -53,7 +61,7 @@ class CacheControl:
 @dataclass(slots=True)
 class RequestContext:
     request_id: str
-    endpoint: str  # "chat.completions" | "completions" | "embeddings"
+    endpoint: Endpoint
     body: dict[str, Any]  # the client's request as sent (parsed); cache keys use this, never mutate it
     forward_body: dict[str, Any]  # what goes to the backend; stages may replace or edit it
     model: str

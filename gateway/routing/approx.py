@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from gateway.pipeline import CHAT, Endpoint
 from gateway.routing.choice import Balance, Branches, Candidate, Pick, RecentLoad, RequestMean, pick
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,13 @@ TPC_DECAY = 0.1
 MIN_CAPACITY_BLOCKS = 16
 
 
-def render(kind: str, body: dict) -> str:
+def render(endpoint: Endpoint, body: dict) -> str:
     """The text a request presents to the server, in an order where an earlier turn is a prefix of a later one.
 
     Chat templates differ, but every one renders messages in order with the tools first, so a conversation's
     next turn extends this text exactly where it extends the server's prompt.
     """
-    if kind != "chat":
+    if endpoint != CHAT:
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             return prompt
@@ -185,9 +186,9 @@ class PoolRouter:
 
     # --- choice -----------------------------------------------------------------------------------------
 
-    def choose(self, kind: str, body: dict, inflight: dict[str, int]) -> tuple[list[str], RouteTicket | None]:
+    def choose(self, endpoint: Endpoint, body: dict, inflight: dict[str, int]) -> tuple[list[str], RouteTicket | None]:
         """The backends in the order to try (healthy ones by the choice, unhealthy last), and the ticket."""
-        text = render(kind, body)
+        text = render(endpoint, body)
         hashes = chain_hashes(text, self.options.block_chars)
         total = len(hashes) + 1  # + the partial tail block, always prefilled
         shared = self.branches.shared_depth(hashes)

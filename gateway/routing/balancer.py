@@ -18,6 +18,7 @@ from gateway.backends.admission import for_tenant
 from gateway.backends.base import Backend, BackendError, BackendPool
 from gateway.config.schema import Policy, Route
 from gateway.metrics import Metrics
+from gateway.pipeline import CHAT, Endpoint
 from gateway.routing.approx import HealthWatch, PoolRouter, PrefixMetrics, RouteTicket
 from gateway.routing.choice import ROUTE_STRATEGY
 
@@ -136,14 +137,14 @@ class Router:
     # --- plans --------------------------------------------------------------------------------------------
 
     def _plan(
-        self, route: Route, pool: BackendPool | None = None, kind: str = "chat", body: dict | None = None
+        self, route: Route, pool: BackendPool | None = None, endpoint: Endpoint = CHAT, body: dict | None = None
     ) -> tuple[list[tuple[str, int]], tuple[PoolRouter, RouteTicket | None] | None]:
         """(backend name, attempt number) pairs: the primary with its retries, each other backend once; and the
         prefix router with its ticket on prefix_aware pools."""
         prefix = None
         if body is not None and pool is not None and _is_prefix_pool(route):
             router = self._pool_for(route, pool)
-            order, ticket = router.choose(kind, body, self.inflight.counts)
+            order, ticket = router.choose(endpoint, body, self.inflight.counts)
             order += [f for f in route.fallbacks if f not in order]
             prefix = (router, ticket)
         else:
@@ -152,11 +153,11 @@ class Router:
         return plan + [(name, 0) for name in order[1:]], prefix
 
     async def call(
-        self, route: Route, pool: BackendPool, op: Callable[[Backend], Awaitable[T]], *, kind: str = "chat",
-        body: dict | None = None, tenant: str | None = None,
+        self, route: Route, pool: BackendPool, op: Callable[[Backend], Awaitable[T]], *,
+        endpoint: Endpoint = CHAT, body: dict | None = None, tenant: str | None = None,
     ) -> tuple[T, str]:
         """Run `op` on backends by the route's plan until one succeeds; returns (result, backend name).
-        `body` (with `kind`, chat or completion) is the request as forwarded, for prefix-aware routes; `tenant`
+        `body` (with its `endpoint`) is the request as forwarded, for prefix-aware routes; `tenant`
         counts the request against a backend's `tenant_share`."""
 
         async def attempt(name: str, backend: Backend) -> T:
@@ -166,20 +167,25 @@ class Router:
             finally:
                 self.inflight.leave(name)
 
-        result, name, prefix = await self._by_plan(route, pool, kind, body, tenant, attempt)
+        result, name, prefix = await self._by_plan(route, pool, endpoint, body, tenant, attempt)
         if prefix is not None and prefix[1] is not None:
             prefix[0].answered(prefix[1], name, result.get("usage") if isinstance(result, dict) else None)
         return result, name
 
-    async def open_stream(
-        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]], *, kind: str = "chat",
-        body: dict | None = None, tenant: str | None = None,
-    ) -> tuple[dict, AsyncIterator[dict], str]:
-        """Open a stream by the route's plan: retries and fallbacks apply until the first chunk arrives.
+    def open_stream(
+        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]], *,
+        endpoint: Endpoint = CHAT, body: dict | None = None, tenant: str | None = None,
+    ) -> StreamLease:
+        """A lease on a stream, opened by the route's plan when entered (`async with`): retries and fallbacks
+        apply until the first chunk arrives. Leaving the block closes the stream (and so the upstream request)
+        and frees the backend's in-flight slot, however it is left."""
+        return StreamLease(self.inflight, lambda: self._open(route, pool, op, endpoint, body, tenant))
 
-        Returns (first chunk, the rest of the iterator, backend name). The caller must `aclose()` the iterator
-        and call `self.inflight.leave(name)` when done.
-        """
+    async def _open(
+        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]], endpoint: Endpoint,
+        body: dict | None, tenant: str | None,
+    ) -> tuple[dict, AsyncIterator[dict], str]:
+        """(first chunk, the rest, backend name), the backend's in-flight slot held; nothing held on failure."""
 
         async def attempt(name: str, backend: Backend) -> tuple[dict, AsyncIterator[dict]]:
             stream = op(backend)
@@ -195,13 +201,13 @@ class Router:
                                        retryable=True) from None
                 raise
 
-        (first, stream), name, prefix = await self._by_plan(route, pool, kind, body, tenant, attempt)
+        (first, stream), name, prefix = await self._by_plan(route, pool, endpoint, body, tenant, attempt)
         if prefix is not None and prefix[1] is not None:
             return first, _learn_from_usage(prefix[0], prefix[1], name, first, stream), name
         return first, stream, name
 
     async def _by_plan(
-        self, route: Route, pool: BackendPool, kind: str, body: dict | None, tenant: str | None,
+        self, route: Route, pool: BackendPool, endpoint: Endpoint, body: dict | None, tenant: str | None,
         attempt: Callable[[str, Backend], Awaitable[T]],
     ) -> tuple[T, str, tuple[PoolRouter, RouteTicket | None] | None]:
         """The one retry / shed / fallback loop: `attempt` each (backend, try) of the route's plan until one
@@ -209,7 +215,7 @@ class Router:
         last: BackendError | None = None
         skip: set[str] = set()  # backends not to try again in this request (shed, refused our credentials)
         began = time.monotonic()
-        plan, prefix = self._plan(route, pool, kind, body)
+        plan, prefix = self._plan(route, pool, endpoint, body)
         # An engine backend routes across its replicas by it; reset after, so calls this task makes later
         # (a stage's summariser, say) are outside any route again.
         token = ROUTE_STRATEGY.set(route.strategy)
@@ -235,6 +241,34 @@ class Router:
             raise last
         finally:
             ROUTE_STRATEGY.reset(token)
+
+
+class StreamLease:
+    """A stream the router opened, held for one `async with` block: `first` (the first chunk), `chunks` (the
+    rest) and `backend` (who answers) are set on entry. Exit closes the stream, which closes the upstream
+    request at once, then frees the backend's in-flight slot: on [DONE], an early break, an error in the
+    block, or a client gone (a cancelled task). Entering raises the plan's last BackendError if no backend
+    opened a stream; nothing is held then."""
+
+    __slots__ = ("_inflight", "_opener", "first", "chunks", "backend")
+
+    def __init__(self, inflight: InflightCounter,
+                 opener: Callable[[], Awaitable[tuple[dict, AsyncIterator[dict], str]]]) -> None:
+        self._inflight = inflight
+        self._opener = opener
+        self.first: dict
+        self.chunks: AsyncIterator[dict]
+        self.backend: str
+
+    async def __aenter__(self) -> StreamLease:
+        self.first, self.chunks, self.backend = await self._opener()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.chunks.aclose()  # type: ignore[attr-defined]
+        finally:  # even when a second cancellation interrupts the close
+            self._inflight.leave(self.backend)
 
 
 def _is_prefix_pool(route: Route) -> bool:

@@ -17,6 +17,7 @@ import pytest
 
 from gateway.appkeys import GATEWAY
 from gateway.config.loader import parse_policy
+from gateway.pipeline import CHAT, COMPLETIONS
 from gateway.routing.approx import chain_hashes, render
 from tests.fakes.prefix_cache_server import PrefixCacheServer, run_conversations
 from tests.helpers import ServerThread
@@ -173,11 +174,11 @@ def test_render_keeps_earlier_turns_a_prefix() -> None:
     first = {"messages": [{"role": "system", "content": "S" * 100}, {"role": "user", "content": "hi"}]}
     second = {"messages": [*first["messages"], {"role": "assistant", "content": "yo"},
                            {"role": "user", "content": "more"}]}
-    a, b = render("chat", first), render("chat", second)
+    a, b = render(CHAT, first), render(CHAT, second)
     assert b.startswith(a)
     ha, hb = chain_hashes(a, 16), chain_hashes(b, 16)
     assert hb[: len(ha)] == ha and len(hb) > len(ha)
-    assert render("completion", {"prompt": "abc"}) == "abc"
+    assert render(COMPLETIONS, {"prompt": "abc"}) == "abc"
 
 
 @pytest.mark.parametrize(("routing", "path"), [
