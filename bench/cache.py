@@ -90,7 +90,7 @@ async def _serve(args: argparse.Namespace, policy_text: str) -> None:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", args.port).start()
-    stage = app[GATEWAY].stages[0]
+    stage = app[GATEWAY].cache
     stage.worker.batching = not args.no_batching
     await stage.semantic.synced.wait()
     await fill(stage, pol, args.entries)

@@ -7,9 +7,8 @@ import fnmatch
 import gc
 import logging
 import time
-from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, get_args
 
 import aiohttp
 import orjson
@@ -22,15 +21,17 @@ from gateway.config.schema import Policy
 from gateway.embedded_redis import EmbeddedRedis
 from gateway.limits import RateLimiter
 from gateway.metrics import Metrics
-from gateway.pipeline import RequestContext, Resources, Stage
+from gateway.pipeline import Endpoint, RequestContext, Resources, Stage
 from gateway.redis_client import create_redis
 from gateway.routing.balancer import Router
 from gateway.state import Backends, Snapshot
 
+if TYPE_CHECKING:
+    from gateway.cache.stage import CacheStage
+    from gateway.context.stage import ContextStage
+
 log = logging.getLogger("gateway")
 
-# Stages in request order: the cache keys on the request as sent, then context economy rewrites what is sent.
-STAGE_MODULES = ("gateway.cache.stage", "gateway.context.stage")
 MODELS_TTL_S = 30.0
 
 
@@ -45,7 +46,11 @@ class Gateway:
         self.http: aiohttp.ClientSession
         self.limiter: RateLimiter
         self.snapshot: Snapshot
-        self.stages: list[Stage] = []
+        self.cache: CacheStage
+        self.context: ContextStage
+        self.stages: tuple[Stage, ...] = ()  # in request order, each once (start-up and shutdown walk these)
+        # the stages that serve each endpoint, in request order: built once, read per request
+        self.stages_by_endpoint: dict[Endpoint, tuple[Stage, ...]] = {}
         self._models: tuple[float, list[tuple[str, str]]] = (0.0, [])
         self._retiring: set[asyncio.Task] = set()
         self._retired: list[Backend] = []
@@ -84,8 +89,16 @@ class Gateway:
             redis=self.redis, metrics=self.metrics, data_dir=Path(policy.server.data_dir),
             get_policy=lambda: self.snapshot.policy, backends=_LiveBackends(self), http=self.http,
         )
-        for module in STAGE_MODULES:
-            self.stages.append(await import_module(module).create_stage(resources))
+        # imported here: the stages load their models (FAISS, tokenizers) and only a serving gateway needs them
+        from gateway.cache.stage import create_stage as create_cache_stage
+        from gateway.context.stage import create_stage as create_context_stage
+
+        # Request order: the cache keys on the request as sent, then context economy rewrites what is sent.
+        self.cache = await create_cache_stage(resources)
+        self.stages = (self.cache,)  # closed at shutdown even if the next one fails to build
+        self.context = await create_context_stage(resources)
+        self.stages = (self.cache, self.context)
+        self.stages_by_endpoint = {e: tuple(s for s in self.stages if e in s.endpoints) for e in get_args(Endpoint)}
         # Everything built so far (torch, FAISS, the models) lives as long as the process: move it out of the
         # collector's sight, so the collections that request garbage triggers stay cheap.
         gc.freeze()
@@ -190,8 +203,9 @@ class Gateway:
                 reasons.extend(stage_readiness())
         return reasons, degraded
 
-    def cache_admin(self) -> Any:
-        return self.stages[0]
+    def cache_admin(self) -> CacheStage:
+        """The cache stage, for the admin endpoints (purge, stats)."""
+        return self.cache
 
 
 class _LiveBackends:

@@ -27,7 +27,6 @@ log = logging.getLogger("gateway")
 JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ENDPOINT_PARAMS: dict[Endpoint, str] = {CHAT: "messages", COMPLETIONS: "prompt", EMBEDDINGS: "input"}
-CHAT_ONLY = frozenset({CHAT})
 # The backend call that answers each endpoint, whole or streamed: explicit callables, not method names.
 WHOLE: dict[Endpoint, Callable[[Backend, dict, Timeouts], Awaitable[dict]]] = {
     CHAT: lambda b, body, t: b.chat(body, t),
@@ -145,7 +144,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
     gw, snap, ctx = await prepare(request, endpoint)
-    stages = stages_for(gw, endpoint)
+    stages = gw.stages_by_endpoint[endpoint]
     for stage in stages:
         hit = await stage.before(ctx)
         if hit is not None:
@@ -165,12 +164,6 @@ async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
     return json_response(completion, ctx.response_headers)
 
 
-def stages_for(gw: Gateway, endpoint: Endpoint) -> list[Stage]:
-    """The stages that serve `endpoint`, in order: each declares `endpoints` (without it: chat completions only,
-    since a stage that reads `messages` cannot work on a legacy `prompt`)."""
-    return [s for s in gw.stages if endpoint in getattr(s, "endpoints", CHAT_ONLY)]
-
-
 async def _answer_from_cache(request: web.Request, gw: Gateway, ctx: RequestContext, hit: dict) -> web.StreamResponse:
     ctx.response_headers["X-Backend"] = request[BACKEND] = "cache"
     if not ctx.stream:
@@ -186,7 +179,7 @@ async def _answer_from_cache(request: web.Request, gw: Gateway, ctx: RequestCont
 
 
 async def _relay_stream(
-    request: web.Request, gw: Gateway, snap: Snapshot, ctx: RequestContext, stages: tuple | list
+    request: web.Request, gw: Gateway, snap: Snapshot, ctx: RequestContext, stages: tuple[Stage, ...]
 ) -> web.StreamResponse:
     route = ctx.route
     body = upstream_body(ctx)

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from gateway.backends.base import BackendPool
+    from gateway.cache.stage import CacheLookup
     from gateway.config.schema import Policy, Route, TenantConfig
+    from gateway.context.budget import BudgetReport
     from gateway.metrics import Metrics
 
 
@@ -73,11 +75,15 @@ class RequestContext:
     headers: Mapping[str, str]
     cache_control: CacheControl
     response_headers: dict[str, str] = field(default_factory=dict)
-    notes: dict[str, Any] = field(default_factory=dict)  # stage-to-stage facts (e.g. budget report)
+    # What a stage's `before` learnt that its `after` reuses, one typed field per stage:
+    cache_lookup: CacheLookup | None = None  # the cache stage's keys and query embedding, for the store
+    budget_report: BudgetReport | None = None  # the context stage's assembly, for the savings it counts
     started: float = field(default_factory=time.perf_counter)
 
 
 class Stage(Protocol):
+    endpoints: frozenset[str]  # the endpoints it serves; the gateway runs it for these only
+
     async def before(self, ctx: RequestContext) -> dict | None:
         """Return a complete chat.completion dict to answer from (a cache hit), or None to go on."""
         ...

@@ -35,6 +35,7 @@ from gateway.cache.verifier import REASONS as VERIFIER_REASONS
 from gateway.cache.window import MAX_CHARS, last_message_chars
 from gateway.cache.worker import SemanticWorker
 from gateway.errors import GatewayError, bad_request
+from gateway.pipeline import CHAT, COMPLETIONS
 from gateway.redis_client import scan_masters
 from gateway.redis_guard import RedisGuard, RedisUnavailable
 
@@ -44,10 +45,9 @@ if TYPE_CHECKING:
     from gateway.pipeline import RequestContext, Resources
 
 log = logging.getLogger("gateway.cache")
-CACHEABLE_ENDPOINTS = frozenset({"chat.completions", "completions"})
+CACHEABLE_ENDPOINTS = frozenset({CHAT, COMPLETIONS})
 THRESHOLD_HEADER = "X-Cache-Threshold"  # a request may raise the route's semantic threshold, never lower it
 SLOW_PATH_FACTOR = 10  # stores and semantic reads: off the path of exact hits, more room than exact lookups
-NOTE = "cache"
 LOOKUP_RESULTS = {
     "exact": ("hit", "miss", "stale", "bypass", "error"),
     "semantic": ("hit", "miss", "stale", "rejected", "bypass", "error", "unavailable", "timeout", "overflow"),
@@ -62,7 +62,7 @@ MODEL_WAIT_S = 300.0  # how long such an answer waits at most
 MAX_UNEMBEDDABLE = 10_000  # entry ids known not to fit the window, so their exact hits do not retry a backfill
 
 
-class _Pending:
+class CacheLookup:
     """What a lookup learned that the store after the response reuses (keys, the query's embedding)."""
 
     __slots__ = ("config", "ns", "digest", "query", "vector", "overflow")
@@ -159,12 +159,12 @@ class CacheStage:
                   if config.exact else None)
         query: SemanticQuery | None = None
         overflow = False
-        if config.semantic and ctx.endpoint == "chat.completions":
+        if config.semantic and ctx.endpoint == CHAT:
             # Measured before normalising: a multi-megabyte message is never normalised, tokenized or embedded.
             overflow = last_message_chars(ctx.body) > MAX_CHARS
             if not overflow:
                 query = semantic_query(tenant, ctx.route.index, ctx.route.model, config.version, ctx.body)
-        pending = ctx.notes[NOTE] = _Pending(config, ns, digest, query, overflow)
+        pending = ctx.cache_lookup = CacheLookup(config, ns, digest, query, overflow)
         if ctx.cache_control.no_cache:
             ctx.response_headers["X-Cache"] = "BYPASS"
             self._count("exact" if digest else "semantic", "bypass")
@@ -188,7 +188,7 @@ class CacheStage:
         return None
 
     async def after(self, ctx: RequestContext, completion: dict) -> None:
-        pending: _Pending | None = ctx.notes.get(NOTE)
+        pending = ctx.cache_lookup
         if pending is None or ctx.cache_control.no_store:
             return
         try:
@@ -288,7 +288,7 @@ class CacheStage:
         self._observe("exact", "hit", t0)
         return stored
 
-    async def _semantic_lookup(self, ctx: RequestContext, pending: _Pending, query: SemanticQuery,
+    async def _semantic_lookup(self, ctx: RequestContext, pending: CacheLookup, query: SemanticQuery,
                                threshold: float, floor: float, max_age: float | None) -> dict | None:
         semantic = pending.config.semantic
         assert semantic is not None
@@ -328,7 +328,7 @@ class CacheStage:
                 metrics=self._judge_metrics, verdicts=self._verdicts, verdict_ttl_s=ttl_s)
         return judge
 
-    async def _semantic_store(self, tenant: str, model: str, pending: _Pending, completion: dict) -> None:
+    async def _semantic_store(self, tenant: str, model: str, pending: CacheLookup, completion: dict) -> None:
         assert pending.query is not None and pending.config.semantic is not None
         queued = not self.worker.ready
         if queued:
@@ -358,7 +358,7 @@ class CacheStage:
             if queued:
                 self._backlog -= 1
 
-    def _backfill(self, ctx: RequestContext, pending: _Pending, stored: Stored) -> None:
+    def _backfill(self, ctx: RequestContext, pending: CacheLookup, stored: Stored) -> None:
         """An exact hit whose semantic entry is missing (stored while L2 was off or loading, or the L2 data was
         lost): write the entry from the exact one, in the background."""
         semantic, query = pending.config.semantic, pending.query
@@ -372,7 +372,7 @@ class CacheStage:
         self._backfilling.add(eid)
         self.semantic.spawn(self._backfill_entry(ctx.tenant.name, ctx.model, pending, stored, eid))
 
-    async def _backfill_entry(self, tenant: str, model: str, pending: _Pending, stored: Stored, eid: str) -> None:
+    async def _backfill_entry(self, tenant: str, model: str, pending: CacheLookup, stored: Stored, eid: str) -> None:
         assert pending.query is not None and pending.config.semantic is not None
         try:
             if await self.semantic.has_entry(pending.ns, eid):

@@ -26,7 +26,7 @@ from gateway.context.ordering import add_breakpoints, canonical_tools
 from gateway.context.summarize import Summarizer, SummaryRequest
 from gateway.context.tokens import TokenCounter, counter_for_upstream, estimate_counter
 from gateway.errors import GatewayError, bad_request
-from gateway.pipeline import RequestContext, Resources
+from gateway.pipeline import CHAT, RequestContext, Resources
 from gateway.redis_guard import RedisGuard
 
 log = logging.getLogger("gateway.context")
@@ -37,6 +37,8 @@ REASONING_FAMILIES = ("o1", "o3", "o4", "gpt-5")  # OpenAI models that take max_
 
 
 class ContextStage:
+    endpoints = frozenset({CHAT})  # it fits `messages`: a legacy `prompt` has none
+
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.metrics: ContextMetrics = context_metrics(resources.metrics)
@@ -101,7 +103,7 @@ class ContextStage:
         _set_output_limit(out, body, asked_key, reserved, target)
         ctx.forward_body = out
         ctx.response_headers[BUDGET_HEADER] = assembled.report.header()
-        ctx.notes["context"] = assembled.report
+        ctx.budget_report = assembled.report
         self._count(config, assembled)
         return None
 
@@ -111,7 +113,7 @@ class ContextStage:
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
             self.metrics.tokens.labels("cached_upstream").inc(cached)
-        report = ctx.notes.get("context")
+        report = ctx.budget_report
         if report is not None and report.saved > 0:
             self.metrics.tokens.labels("saved_by_compression").inc(report.saved)
             self.metrics.saved_dollars.inc(report.saved_usd)

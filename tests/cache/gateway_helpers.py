@@ -58,7 +58,7 @@ def store(srv: ServerThread, text: str | list, key: str = "key-a", **kw: Any) ->
 
 def stage(srv: ServerThread) -> CacheStage:
     assert srv.app is not None
-    return srv.app[GATEWAY].stages[0]
+    return srv.app[GATEWAY].cache
 
 
 def settle(srv: ServerThread) -> None:
