@@ -35,6 +35,7 @@ class EngineConfig:
     enforce_eager: bool = False
     num_threads: int | None = None
     quantization: str = "none"  # none | int8 (per-channel int8 weights, engine/layers/quant.py)
+    pack_weights: bool = True  # fp32 on CPU: oneDNN-packed linear weights (engine/layers/linear.py)
     speculative: str | None = None  # None | "ngram" (prompt-lookup speculative decoding, engine/spec_decode.py)
     num_speculative_tokens: int = 4
     prompt_lookup_min: int = 2

@@ -19,6 +19,7 @@ from engine.layers.attention import (
     flash_attn_available,
     select_attention_backend,
 )
+from engine.layers.linear import pack_linear_weights, packing_available
 from engine.layers.quant import quantize_model
 from engine.loader import load_weights
 from engine.loader.dummy import init_dummy_weights
@@ -96,6 +97,8 @@ class ModelRunner:
             model.load_weights(load_weights(model_path))
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         quantize_model(self.model, config.quantization)  # after .to(): int8 layers keep their own dtypes
+        if config.pack_weights and packing_available(self.device, self.dtype):
+            pack_linear_weights(self.model)  # after quantize_model: only layers still float32 get packed
         self.model.rotary.build_tables(self.device)  # cos/sin tables stay in float32
         backend = select_attention_backend(self.device.type, flash_attn_available(), config.block_size)
         attention = FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention

@@ -1,0 +1,53 @@
+"""fp32 linear layers on CPU through oneDNN with weights pre-packed once at load time.
+
+Measured on the 2-core x86 box (AVX2, 2 threads, SmolLM2-135M shapes, ms per call, F.linear (MKL) -> packed
+oneDNN): gate_up at 32 rows 2.78 -> 1.33, qkv 0.62 -> 0.41, down 0.82 -> 0.58, the 49152x576 lm_head 51.3 ->
+20.9; at 2,048 rows (prefill) 5-10 % faster too. MKL's fp32 GEMM runs small-M products on this CPU at 20-60
+GFLOP/s, oneDNN's at 80-110 (MKL's own packed GEMM was no faster). At one row (single-stream decode) F.linear
+is as fast or faster, and oneDNN spends first-call time on each new shape, so one-row inputs keep F.linear.
+Results differ from MKL's in the last bits (a different summation order); greedy output still matches HF
+transformers token for token (tests/engine/test_oracle.py runs with packing on, the default).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MIN_PACKED_ROWS = 2  # below this, MKL's matrix-vector product is as fast and needs no per-shape set-up
+PACK_HINT_ROWS = 32  # oneDNN picks the packed layout for this many rows; every row count still works
+
+
+def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+
+
+class PackedLinear(nn.Module):
+    """A drop-in for a float32 nn.Linear on CPU: same `weight` parameter (ties and state_dict keep working),
+    plus oneDNN's packed copy of it for inputs of MIN_PACKED_ROWS rows or more."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+        with torch.no_grad():
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACK_HINT_ROWS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[0] < MIN_PACKED_ROWS:
+            return F.linear(x, self.weight, self.bias)
+        bias = None if self.bias is None else self.bias.detach()
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, bias, "none", [], "")
+
+
+def pack_linear_weights(model: nn.Module) -> int:
+    """Replace every float32 nn.Linear of `model` with a PackedLinear; returns how many were replaced."""
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear and child.weight.dtype == torch.float32:
+                setattr(parent, name, PackedLinear(child))
+                replaced += 1
+    return replaced
