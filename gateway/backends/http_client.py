@@ -76,6 +76,7 @@ class Connection(asyncio.Protocol):
         self._waiter: asyncio.Future | None = None
         self._got_bytes = False
         self._head_bytes = 0
+        self._head_size = 0
         self._paused = False
         self._until_eof = False  # no Content-Length and not chunked: the body ends when the socket does
         self._decoder: Any = None
@@ -132,8 +133,13 @@ class Connection(asyncio.Protocol):
     # ---- httptools callbacks --------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._header_list = []
+        self._head_size = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # Counted here too: a head that completes within one read never reaches data_received's check.
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > MAX_HEAD_BYTES:
+            self._abort(f"response headers longer than {MAX_HEAD_BYTES} bytes")
         self._header_list.append((name, value))
 
     def on_headers_complete(self) -> None:
