@@ -24,7 +24,7 @@ def build_backend(config: BackendConfig, metrics: Metrics) -> Backend:
 
         return AnthropicBackend(config, metrics)
     if config.type == "engine":
-        from gateway.backends.engine import EngineBackend
+        from gateway.backends.engine import engine_backend
 
-        return EngineBackend(config, metrics)
+        return engine_backend(config, metrics)
     raise ValueError(f"backend {config.name!r}: unknown type {config.type!r} (openai, anthropic, engine)")

@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.backends.base import BackendError, Timeouts
-from gateway.backends.engine import EngineBackend
+from gateway.backends.engine import InProcessEngineBackend, engine_backend
 from gateway.config.schema import BackendConfig
 from gateway.metrics import Metrics
 
@@ -23,18 +23,18 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def local() -> AsyncIterator[EngineBackend]:
+async def local() -> AsyncIterator[InProcessEngineBackend]:
     config = BackendConfig(name="local", type="engine", model=MODEL,
                            options={"kv_cache_memory": "32MiB", "num_threads": 1, "max_num_seqs": 8})
-    backend = EngineBackend(config, Metrics())
-    assert backend.in_process
+    backend = engine_backend(config, Metrics())
+    assert isinstance(backend, InProcessEngineBackend)
     await backend.start()
     yield backend
     await backend.close()
     assert await backend.check_ready() == "local: the engine is not running"
 
 
-async def test_in_process_chat_stream_completions_and_errors(local: EngineBackend) -> None:
+async def test_in_process_chat_stream_completions_and_errors(local: InProcessEngineBackend) -> None:
     assert await local.check_ready() is None
     assert await local.list_models() == [MODEL]
 
@@ -78,7 +78,7 @@ async def test_in_process_chat_stream_completions_and_errors(local: EngineBacken
     assert not re.search(r'gateway_upstream_errors_total\{backend="local",reason="status_4xx"\} [1-9]', rendered)
 
 
-async def test_closing_a_stream_early_aborts_the_engine_request(local: EngineBackend) -> None:
+async def test_closing_a_stream_early_aborts_the_engine_request(local: InProcessEngineBackend) -> None:
     stream = local.chat_stream({**HELLO, "max_tokens": 500, "stream": True}, T)
     got = 0
     async for _ in stream:
@@ -91,7 +91,7 @@ async def test_closing_a_stream_early_aborts_the_engine_request(local: EngineBac
     assert (stats.running, stats.num_free_blocks) == (0, stats.num_total_blocks)
 
 
-async def test_a_total_timeout_is_a_504(local: EngineBackend) -> None:
+async def test_a_total_timeout_is_a_504(local: InProcessEngineBackend) -> None:
     with pytest.raises(BackendError) as info:
         await local.chat({**HELLO, "max_tokens": 500}, Timeouts(total=0.3))
     assert (info.value.status, info.value.reason) == (504, "timeout")

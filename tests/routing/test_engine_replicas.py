@@ -12,9 +12,11 @@ import aiohttp
 import orjson
 
 from gateway.backends.base import Timeouts
-from gateway.backends.engine import EngineBackend
+from gateway.backends.engine import engine_backend
+from gateway.backends.engine_remote import EngineReplicasBackend
 from gateway.config.schema import BackendConfig
 from gateway.metrics import Metrics
+from gateway.pipeline import CHAT
 
 MODEL = "smollm2-135m"
 T = Timeouts(first_byte=120, total=300)
@@ -38,7 +40,7 @@ async def wait_for(predicate, what: str, tries: int = 2400) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
-async def assert_mirror_matches(backend: EngineBackend, url: str, name: str) -> None:
+async def assert_mirror_matches(backend: EngineReplicasBackend, url: str, name: str) -> None:
     """The router's mirror of a replica equals the snapshot the replica itself serves now."""
     assert backend.router is not None
     async with aiohttp.ClientSession() as http:
@@ -54,8 +56,8 @@ async def assert_mirror_matches(backend: EngineBackend, url: str, name: str) -> 
 async def test_two_replicas_route_by_prefix_and_survive_a_crash() -> None:
     config = BackendConfig(name="pool", type="engine", model=MODEL, replicas=2,
                            options={"kv_cache_memory": "24MiB", "num_threads": 1, "max_num_seqs": 4})
-    backend = EngineBackend(config, Metrics())
-    assert not backend.in_process
+    backend = engine_backend(config, Metrics())
+    assert isinstance(backend, EngineReplicasBackend)
     await backend.start()
     try:
         assert backend.router is not None and backend.replica_set is not None
@@ -68,7 +70,7 @@ async def test_two_replicas_route_by_prefix_and_survive_a_crash() -> None:
         for i in range(len(SYSTEMS)):
             first = await backend.chat(conversation(i, "Who are you?"), T)
             assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-            hashes, n = backend._prompt_blocks("chat", conversation(i, "Who are you?"))
+            hashes, n = backend._prompt_blocks(CHAT, conversation(i, "Who are you?"))
             # the replica that served it reports the blocks on /kv_events; the router mirrors them
             await wait_for(lambda h=hashes: any(r.confirmed.issuperset(h[:4]) for r in backend.router.replicas.values()),
                            "the prefix blocks reached the router's mirror")
@@ -77,7 +79,7 @@ async def test_two_replicas_route_by_prefix_and_survive_a_crash() -> None:
 
         for i in range(len(SYSTEMS)):
             follow = conversation(i, "And what do you do all day?")
-            hashes, n = backend._prompt_blocks("chat", follow)
+            hashes, n = backend._prompt_blocks(CHAT, follow)
             decision = backend.router.choose(hashes, n)
             assert decision.replica == homes[i]
             assert decision.cached_blocks >= 2
@@ -101,7 +103,7 @@ async def test_two_replicas_route_by_prefix_and_survive_a_crash() -> None:
         await wait_for(lambda: backend.router.replicas[victim.name].healthy, "the replica was restarted")
         assert victim.restarts == 1 and victim.process.pid != old_pid
         await assert_mirror_matches(backend, victim.url, victim.name)
-        cold_hashes, _ = backend._prompt_blocks("chat", conversation(0, "Who are you?"))
+        cold_hashes, _ = backend._prompt_blocks(CHAT, conversation(0, "Who are you?"))
         assert backend.router.cached_blocks(victim.name, cold_hashes) == 0  # a restarted engine starts empty
         again = await backend.chat(conversation(0, "Who are you?"), T)
         assert again["choices"][0]["message"]["content"] is not None

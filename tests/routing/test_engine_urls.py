@@ -13,9 +13,11 @@ from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.server import create_engine_app
 from gateway.backends.base import BackendError, Timeouts
-from gateway.backends.engine import EngineBackend
+from gateway.backends.engine import engine_backend
+from gateway.backends.engine_remote import EngineReplicasBackend
 from gateway.config.schema import BackendConfig
 from gateway.metrics import Metrics
+from gateway.pipeline import CHAT
 from tests.helpers import ServerThread, free_port
 
 MODEL = "smollm2-135m"
@@ -35,8 +37,9 @@ def replica() -> Iterator[ServerThread]:
 
 async def test_given_urls_dead_and_alive(replica: ServerThread) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    backend = EngineBackend(BackendConfig(name="pool", type="engine", model=MODEL, urls=[replica.url, dead]),
-                            Metrics())
+    backend = engine_backend(BackendConfig(name="pool", type="engine", model=MODEL, urls=[replica.url, dead]),
+                             Metrics())
+    assert isinstance(backend, EngineReplicasBackend)
     await backend.start()
     try:
         router = backend.router
@@ -47,7 +50,7 @@ async def test_given_urls_dead_and_alive(replica: ServerThread) -> None:
 
         first = await backend.chat(BODY, T)
         assert first["usage"]["completion_tokens"] == 4
-        hashes, n = backend._prompt_blocks("chat", BODY)
+        hashes, n = backend._prompt_blocks(CHAT, BODY)
         for _ in range(400):  # the replica's stored events reach the mirror
             if router.cached_blocks(replica.url, hashes) == (n - 1) // router.block_size:
                 break
