@@ -139,11 +139,40 @@ class KVEventSubscription:
         self._engine._unsubscribe(self)
 
 
+@dataclass(slots=True)
+class AddCommand:
+    """Admit a request; `accepted` resolves on `loop` once the engine took it (or with its ValueError)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    stream: RequestStream
+    loop: asyncio.AbstractEventLoop
+    accepted: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class AbortCommand:
+    """Abort a request; `done` (when given) resolves on `loop` once its blocks are free."""
+
+    request_id: str
+    loop: asyncio.AbstractEventLoop | None = None
+    done: asyncio.Future[None] | None = None
+
+
+@dataclass(slots=True)
+class StopCommand:
+    """End the loop thread; commands queued behind it are refused."""
+
+
+Command = AddCommand | AbortCommand | StopCommand
+
+
 class AsyncEngine:
     def __init__(self, engine: LLMEngine, metrics: EngineMetrics | None = None) -> None:
         self.engine = engine
         self.metrics = metrics if metrics is not None else EngineMetrics()
-        self._commands: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._commands: collections.deque[Command] = collections.deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -201,7 +230,7 @@ class AsyncEngine:
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the loop thread; requests still in flight end with EngineStoppedError."""
         self._stopping = True
-        self._submit(("stop",))
+        self._submit(StopCommand())
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -219,7 +248,7 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         stream = RequestStream(self, request_id, max(1, int(params.n)), loop)
         accepted: asyncio.Future[None] = loop.create_future()
-        self._submit(("add", request_id, list(prompt_token_ids), params, stream, loop, accepted))
+        self._submit(AddCommand(request_id, list(prompt_token_ids), params, stream, loop, accepted))
         try:
             await accepted
         except BaseException:
@@ -246,13 +275,13 @@ class AsyncEngine:
             return
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._submit(("abort", request_id, loop, done))
+        self._submit(AbortCommand(request_id, loop, done))
         await done
 
     def abort_nowait(self, request_id: str) -> None:
         """Abort from any thread without waiting (client gone, stream dropped)."""
         if self.is_running:
-            self._submit(("abort", request_id, None, None))
+            self._submit(AbortCommand(request_id))
 
     # --- KV events --------------------------------------------------------------------------------------
 
@@ -275,7 +304,7 @@ class AsyncEngine:
 
     # --- the loop thread --------------------------------------------------------------------------------
 
-    def _submit(self, command: tuple[Any, ...]) -> None:
+    def _submit(self, command: Command) -> None:
         self._commands.append(command)
         self._wake.set()
 
@@ -307,46 +336,35 @@ class AsyncEngine:
     def _handle_commands(self) -> bool:
         while self._commands:
             command = self._commands.popleft()
-            kind = command[0]
-            if kind == "stop":
+            if isinstance(command, StopCommand):
                 return False
-            if kind == "add":
-                self._handle_add(*command[1:])
-            elif kind == "abort":
-                self._handle_abort(*command[1:])
+            if isinstance(command, AddCommand):
+                self._handle_add(command)
+            else:
+                self._handle_abort(command)
         return True
 
-    def _handle_add(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        stream: RequestStream,
-        loop: asyncio.AbstractEventLoop,
-        accepted: asyncio.Future[None],
-    ) -> None:
-        if request_id in self._tracked:
-            _resolve(loop, accepted, ValueError(f"request id {request_id!r} is already in flight"))
+    def _handle_add(self, c: AddCommand) -> None:
+        if c.request_id in self._tracked:
+            _resolve(c.loop, c.accepted, ValueError(f"request id {c.request_id!r} is already in flight"))
             return
         try:
-            self.engine.add_request(request_id, prompt_token_ids, params)
+            self.engine.add_request(c.request_id, c.prompt_token_ids, c.params)
         except Exception as e:  # ValueError for bad input; anything else is still this request's alone
-            _resolve(loop, accepted, e if isinstance(e, ValueError) else ValueError(str(e)))
+            _resolve(c.loop, c.accepted, e if isinstance(e, ValueError) else ValueError(str(e)))
             return
-        self._tracked[request_id] = _Tracked(stream, loop, stream._choices_left, time.perf_counter())
-        _resolve(loop, accepted, None)
+        self._tracked[c.request_id] = _Tracked(c.stream, c.loop, c.stream._choices_left, time.perf_counter())
+        _resolve(c.loop, c.accepted, None)
 
-    def _handle_abort(
-        self, request_id: str, loop: asyncio.AbstractEventLoop | None, done: asyncio.Future[None] | None
-    ) -> None:
-        if self._tracked.pop(request_id, None) is not None:
+    def _handle_abort(self, c: AbortCommand) -> None:
+        if self._tracked.pop(c.request_id, None) is not None:
             try:
-                self.engine.abort_request(request_id)
+                self.engine.abort_request(c.request_id)
             except Exception:
-                log.exception("abort of %s failed", request_id)
+                log.exception("abort of %s failed", c.request_id)
             self._stats = self.engine.stats()
-        if loop is not None and done is not None:
-            _resolve(loop, done, None)
+        if c.loop is not None and c.done is not None:
+            _resolve(c.loop, c.done, None)
 
     def _step(self) -> None:
         try:
@@ -396,11 +414,11 @@ class AsyncEngine:
         """At shutdown: adds and aborts still queued are answered, so no caller waits forever."""
         while self._commands:
             command = self._commands.popleft()
-            if command[0] == "add":
-                command[4].finished = True
-                _resolve(command[5], command[6], EngineStoppedError("the engine was shut down"))
-            elif command[0] == "abort" and command[2] is not None:
-                _resolve(command[2], command[3], None)
+            if isinstance(command, AddCommand):
+                command.stream.finished = True
+                _resolve(command.loop, command.accepted, EngineStoppedError("the engine was shut down"))
+            elif isinstance(command, AbortCommand) and command.loop is not None and command.done is not None:
+                _resolve(command.loop, command.done, None)
 
     def _publish_kv_events(self) -> None:
         events = self.engine.drain_kv_events()
