@@ -22,7 +22,15 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LLM_GATEWAY_EMBED_THREADS", "1")
 
-from gateway.cache.calibrate import LabelledPair, best, score, similarities, sweep, window_fits  # noqa: E402
+from gateway.cache.calibrate import (  # noqa: E402
+    LabelledPair,
+    best,
+    load_pairs,
+    score,
+    similarities,
+    sweep,
+    window_fits,
+)
 
 THRESHOLDS = tuple(round(0.70 + 0.02 * i, 2) for i in range(15))
 KINDS_SAME = ("reword", "near_repeat")
@@ -61,16 +69,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-wrong", type=float, default=0.015, help="wrong-answer budget on tune")
     parser.add_argument("--threshold", type=float, help="report at this threshold instead of choosing one")
-    parser.add_argument("--misses", choices=("tune",), help="list tune pairs decided wrongly")
+    parser.add_argument("--misses", choices=("tune", "pairs"), help="list tune (or --pairs) pairs decided wrongly")
     parser.add_argument("--holdout", action="store_true", help="also report the holdout split (once, at the end)")
+    parser.add_argument("--pairs", action="append", default=[],
+                        help="also report a labelled pair file of our own (calibrate's format), e.g. the dev set")
     parser.add_argument("--vectors", help="cache embeddings in this .npz between runs (for tuning the verifier)")
     args = parser.parse_args(argv)
 
     from gateway.cache.embedder import shared_embedder
     from tests.cache.eval_set import load_eval
 
+    # The holdout is not even scored unless asked for: nothing about it can leak into a tuning run.
+    splits = ("tune", "holdout") if args.holdout else ("tune",)
     pairs = {split: [LabelledPair(p.a, p.b, p.same, {"kind": p.kind, "lang": p.lang}) for p in load_eval(split)]
-             for split in ("tune", "holdout")}
+             for split in splits}
+    for path in args.pairs:
+        pairs[path] = [LabelledPair(p.a, p.b, p.same, {"kind": p.extra.get("kind", "reword" if p.same else "swap"),
+                                                       "lang": p.extra.get("lang", "en")})
+                       for p in load_pairs(path)]
     encoder = CachedEncoder(shared_embedder(), args.vectors)
     results = {split: score(ps, similarities(ps, encoder), window_fits(ps)) for split, ps in pairs.items()}
     encoder.save()
@@ -89,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| split | pairs (same / traps) | recall, verifier | wrong answers, verifier | recall, cosine only "
           "| wrong answers, cosine only |")
     print("|---|---|---|---|---|---|")
-    splits = ("tune", "holdout") if args.holdout else ("tune",)
-    for split in splits:
+    for split in (*splits, *args.pairs):
         (ver,) = sweep(results[split], (threshold,), use_verifier=True)
         (raw,) = sweep(results[split], (threshold,), use_verifier=False)
         print(f"| {split} | {ver.same} / {ver.different} | {ver.recall:.3f} ({ver.served_same}) | "
@@ -100,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     print("per kind at that threshold, verifier on (share served):")
     print("| split | " + " | ".join(KINDS_SAME + KINDS_TRAP) + " |")
     print("|---|" + "---|" * (len(KINDS_SAME) + len(KINDS_TRAP)))
-    for split in splits:
+    for split in (*splits, *args.pairs):
         cells = []
         for kind in KINDS_SAME + KINDS_TRAP:
             rs = [r for r in results[split] if r.pair.extra["kind"] == kind]
@@ -109,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {split} | " + " | ".join(cells) + " |")
     if args.misses:
         print()
-        for r in results[args.misses]:
+        for r in (r for name in (args.pairs if args.misses == "pairs" else ["tune"]) for r in results[name]):
             served = r.verified and r.similarity >= threshold
             if served != r.pair.same:
                 tag = "SERVED TRAP" if served else f"missed ({r.reason or 'below threshold'})"

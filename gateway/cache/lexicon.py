@@ -525,4 +525,49 @@ ENTITY_CLASSES: dict[str, tuple[str, ...]] = {
         "xian|xi'an|西安", "tianjin|天津", "macau|macao|澳门", "moscow|莫斯科", "istanbul|伊斯坦布尔",
         "mumbai", "delhi", "cairo", "mexico city", "edinburgh", "manchester",
     ),
+    # Common nouns of one kind that users put one for another ("can dogs eat grapes" / "are grapes toxic to
+    # cats", 孕妇能喝咖啡吗 / 怀孕期间能喝茶吗). Chinese spellings are found inside other words, so only words
+    # that are not part of common other words: no 铁 (地铁), 米 (厘米, 小米), 面 (方面), 酒 (酒店), 金 (现金).
+    "animal": (
+        "cat|cats|kitten|kittens|猫|猫咪|小猫", "dog|dogs|puppy|puppies|狗|狗狗|小狗", "rabbit|rabbits|兔子",
+        "hamster|hamsters|仓鼠", "horse|horses|马匹", "cow|cows|奶牛", "pig|pigs", "sheep|绵羊",
+        "chicken|chickens|hen|hens|母鸡", "duck|ducks|鸭子", "parrot|parrots|鹦鹉", "snake|snakes|蛇",
+        "turtle|turtles|tortoise|乌龟", "goldfish|金鱼", "elephant|elephants|大象", "giraffe|长颈鹿",
+        "lion|lions|狮子", "tiger|tigers|老虎", "bear|bears|熊", "panda|pandas|熊猫", "whale|whales|鲸鱼",
+        "shark|sharks|鲨鱼", "dolphin|dolphins|海豚", "bee|bees|蜜蜂", "mosquito|mosquitoes|蚊子",
+    ),
+    "food": (
+        "banana|bananas|香蕉", "grape|grapes|葡萄", "strawberry|strawberries|草莓", "orange|oranges|橙子",
+        "watermelon|西瓜", "mango|mangoes|芒果", "pineapple|菠萝", "peach|peaches|桃子", "pear|pears|梨",
+        "cherry|cherries|樱桃", "lemon|lemons|柠檬", "avocado|avocados|牛油果", "blueberry|blueberries|蓝莓",
+        "tomato|tomatoes|西红柿|番茄", "potato|potatoes|土豆", "carrot|carrots|胡萝卜", "onion|onions|洋葱",
+        "garlic|大蒜", "spinach|菠菜", "broccoli|西兰花", "cucumber|cucumbers|黄瓜", "mushroom|mushrooms|蘑菇",
+        "rice|米饭|大米", "noodles|面条", "bread|面包", "pasta|意面", "oats|oatmeal|燕麦", "quinoa",
+        "egg|eggs|鸡蛋", "cheese|奶酪", "yogurt|yoghurt|酸奶", "tofu|豆腐", "chocolate|巧克力",
+        "peanut|peanuts|花生", "honey|蜂蜜", "beef|牛肉", "pork|猪肉", "lamb|羊肉", "chicken breast|鸡肉",
+        "salmon|三文鱼", "tuna|金枪鱼", "shrimp|prawns|虾", "lobster|龙虾", "crab|crabs|螃蟹",
+        "oyster|oysters|生蚝", "lentils|扁豆",
+    ),
+    "drink": (
+        "coffee|咖啡", "tea|茶", "green tea|绿茶", "milk tea|bubble tea|奶茶", "milk|牛奶", "soy milk|豆浆",
+        "beer|啤酒", "wine|red wine|红酒|葡萄酒", "whisky|whiskey|威士忌", "baijiu|白酒", "juice|果汁",
+        "cola|coke|可乐", "energy drink|energy drinks|功能饮料",
+    ),
+    "organ": (
+        "liver|肝|肝脏", "kidney|kidneys|肾|肾脏", "heart|心脏", "lung|lungs|肺", "stomach|胃",
+        "brain|大脑", "skin|皮肤", "eye|eyes|眼睛", "ear|ears|耳朵", "tooth|teeth|牙齿|牙", "knee|knees|膝盖",
+        "ankle|ankles|脚踝", "wrist|wrists|手腕", "shoulder|shoulders|肩膀", "spine|脊柱", "thyroid|甲状腺",
+        "pancreas|胰腺", "bladder|膀胱", "colon|结肠", "prostate|前列腺",
+    ),
+    "tongue": (
+        "english|英语|英文", "chinese|mandarin|中文|汉语|普通话", "cantonese|粤语", "spanish|西班牙语",
+        "french|法语", "german|德语", "japanese|日语", "korean|韩语", "italian|意大利语",
+        "portuguese|葡萄牙语", "russian|俄语", "arabic|阿拉伯语", "hindi", "dutch",
+    ),
+    "dynasty": ("秦朝", "汉朝", "唐朝", "宋朝", "元朝", "明朝", "清朝", "隋朝", "晋朝", "商朝", "周朝"),
+    "sport": (
+        "soccer|football|足球", "basketball|篮球", "tennis|网球", "baseball|棒球", "volleyball|排球",
+        "badminton|羽毛球", "table tennis|ping pong|乒乓球", "golf|高尔夫", "swimming|游泳",
+        "cricket", "rugby|橄榄球", "hockey|冰球", "cycling|骑行", "running|跑步", "yoga|瑜伽",
+    ),
 }

@@ -141,6 +141,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if a.cjk_core and b.cjk_core:
         if _cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core):
             return "order"
+        if _cjk_topic_changed(a.cjk_core, b.cjk_core):
+            return "content"
         if close:
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
@@ -737,6 +739,20 @@ def _cjk_edited(a: str, b: str, nearly_equal: bool) -> str | None:
     return None
 
 
+def _cjk_topic_changed(a: str, b: str) -> bool:
+    """The first word of two Chinese questions put for another before the same next character, however the
+    rest was reworded: 唐朝哪年建立 / 宋朝建立于哪年, 铁生锈 / 铜生锈属于哪种变化, 华为手机 / 小米手机. With the
+    asking words gone (怎么, 可以, 吗 ...), a question's first word is what it is about; MiniLM reads Chinese
+    characters poorly and scores such pairs near 1."""
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    if len(ops) < 2 or ops[0][0] != "replace" or ops[1][0] != "equal":
+        return False
+    _, i1, i2, j1, j2 = ops[0]
+    x, y = a[i1:i2], b[j1:j2]
+    return len(x) <= 2 and len(y) <= 2 and bool(_CJK.fullmatch(x[0]) and _CJK.fullmatch(y[0])) \
+        and not set(x) & set(y) and all(_CJK.match(c) for c in x + y)
+
+
 def _cjk_substituted(a: str, b: str) -> bool:
     """True when one content word was swapped for another (北京 -> 上海, 苹果 -> 微软): a replace of at least
     one CJK character on each side. Reordering and added or dropped words are not substitutions."""
@@ -751,9 +767,16 @@ def _cjk_substituted(a: str, b: str) -> bool:
 # ---- facts of one text -------------------------------------------------------------------------------------
 
 
+# Arrows between two terms are "to" ("USD -> EUR", "USD→EUR"); a slash between two words is a direction
+# too ("USD/EUR" quotes one currency in the other, "km/h"): read as words, the order checks see them.
+_ARROW = re.compile(r"\s*(?:->|=>|→|⇒|⟶|➔)\s*")
+_SLASH_PAIR = re.compile(r"(?<=[A-Za-z]{2})/(?=[A-Za-z]{2})")
+
+
 @lru_cache(maxsize=4096)
 def facts(text: str) -> Facts:
     """The answer-flipping facts of a text (in near-repeat form)."""
+    text = _SLASH_PAIR.sub(" per ", _ARROW.sub(" to ", text))
     opaque, entities = _tokens(text)
     named_roles = _named(text)
     (negations, numbers, units, dates, en_entities, words, qualifiers, polar, words_at) = _english_facts(text)
@@ -808,7 +831,9 @@ _NAMED_IDS, _NAMED_CJK, _NAMED_MAX_WORDS = _named_tables()
 _NAME_TOKEN = re.compile(r"[a-z0-9][a-z0-9+#]*(?:[.'-][a-z0-9][a-z0-9+#]*)*")
 _NAME_PART = re.compile(r"[a-z0-9][a-z0-9+#]*")
 
-_ZH_DIRECTIONAL = frozenset("从到往向比给兑换至对")
+_ZH_DIRECTIONAL = frozenset("从到往向比给兑换至对去由自")
+# Direction characters of one sense: 寄到上海 / 寄去上海 / 发往上海, 从香港 / 由香港 / 自香港.
+_ZH_DIRECTION_SENSE = {"去": "到", "往": "到", "至": "到", "由": "从", "自": "从"}
 _LATIN_WORD = re.compile(r"[a-z]+")
 
 
@@ -852,7 +877,7 @@ def _named(text: str) -> list[tuple[tuple[str, str], str | None]]:
         before = folded[:start].rstrip()
         role = None
         if before and before[-1] in _ZH_DIRECTIONAL:
-            role = before[-1]
+            role = _ZH_DIRECTION_SENSE.get(before[-1], before[-1])
         else:
             for word in reversed(_LATIN_WORD.findall(before[-40:])[-3:]):
                 if word in lx.EN_DIRECTIONAL:
