@@ -207,7 +207,7 @@ class CoalescingWriter:
     async def add(self, data: bytes) -> None:
         last = self._last
         if last is not None:
-            await last  # pending: wait for the drain; done: re-raises a failed write (the client is gone)
+            await last  # pending: wait for the drain; failed: re-raises it (the client is gone)
         self.parts.append(data)
         if len(self.parts) == 1:
             self.loop.call_soon(self._flush)
@@ -217,19 +217,53 @@ class CoalescingWriter:
             return
         data = b"".join(self.parts)
         self.parts.clear()
-        # response.write puts the bytes on the transport synchronously at its first step, so tasks created in
-        # order write in order; it only suspends to drain.
-        self._last = asyncio.ensure_future(self.response.write(data))
+        # response.write puts the bytes on the transport synchronously and only suspends to drain (a slow
+        # client), so it is stepped here by hand: a Task per flush only when it does suspend.
+        coro = self.response.write(data)
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            self._last = None
+            return
+        except BaseException as e:  # the client is gone: the next add() raises it
+            coro.close()
+            failed = self.loop.create_future()
+            failed.set_exception(e)
+            failed.add_done_callback(_retrieve)
+            self._last = failed
+            return
+        self._last = asyncio.ensure_future(_resume(coro, waiting))
         self._last.add_done_callback(_retrieve)
 
     async def close(self, tail: bytes = b"") -> None:
-        """Flush everything (plus `tail`) and wait until it is written."""
+        """Flush everything (plus `tail`), end the response (one write: the last bytes and the chunked
+        terminator together) and wait until it is written."""
         if self._last is not None:
             await self._last
         data = b"".join(self.parts) + tail
         self.parts.clear()
-        if data:
-            await self.response.write(data)
+        await self.response.write_eof(data)
+
+
+async def _resume(coro: Any, waiting: Any) -> None:
+    """Run a coroutine that `_flush` stepped once and that suspended on `waiting` (a future) to its end."""
+    try:
+        while True:
+            try:
+                if waiting is None:  # a bare yield: just let the loop turn
+                    await asyncio.sleep(0)
+                else:
+                    await waiting
+            except asyncio.CancelledError:
+                if not waiting.cancelled():
+                    raise  # this task itself was cancelled
+            except Exception:  # the coroutine reads the outcome itself when resumed
+                pass
+            waiting = coro.send(None)
+    except StopIteration:
+        pass
+    finally:
+        coro.close()
 
 
 def _retrieve(fut: asyncio.Future) -> None:

@@ -7,7 +7,8 @@ one `transport.write` of pre-built header bytes plus the body as is. `Pool` keep
 (the warmest socket first) up to `max_connections` open, queueing callers when all are busy.
 
 Timeouts are loop timers on the connection, not `asyncio.timeout` blocks: the first-byte timer stops at the
-response headers, the total timer at the end of the body; either one fails the exchange and closes the socket.
+response headers (or, for a stream, when its reader calls `first_seen`), the total timer at the end of the
+body; either one fails the exchange and closes the socket.
 Errors are this module's exceptions; `upstream.HTTPUpstream` maps them to `BackendError`s.
 """
 
@@ -48,7 +49,8 @@ class BadResponse(HTTPClientError):
 
 
 class TimedOut(HTTPClientError):
-    """A response deadline passed; `phase` is "first_byte" (no headers yet) or "total"."""
+    """A deadline passed; `phase` is "first_byte" (no headers, or no first event, yet), "total", "queue"
+    (waiting for a free connection) or "connect" (opening one ate the rest of the request's time)."""
 
     def __init__(self, phase: str) -> None:
         super().__init__(phase)
@@ -66,8 +68,9 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.idle = False
         self.status = 0
-        self.headers: dict[str, str] = {}
         self._header_list: list[tuple[bytes, bytes]] = []
+        self._framed = False  # a Content-Length or Transfer-Encoding header came
+        self._encoding = b""  # the Content-Encoding header's value, lower case
         self._body: list[bytes] = []
         self._buffered = 0
         self._head_done = False
@@ -83,6 +86,7 @@ class Connection(asyncio.Protocol):
         self._keep_alive = False
         self._bad: str | None = None  # why a callback stopped the parser
         self._first_timer: asyncio.TimerHandle | None = None
+        self._first_until_body = False  # a stream: the first-byte timer runs until `first_seen`
         self._total_timer: asyncio.TimerHandle | None = None
 
     # ---- asyncio.Protocol -----------------------------------------------------------------------------
@@ -134,6 +138,8 @@ class Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._header_list = []
         self._head_size = 0
+        self._framed = False
+        self._encoding = b""
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # Counted here too: a head that completes within one read never reaches data_received's check.
@@ -141,28 +147,39 @@ class Connection(asyncio.Protocol):
         if self._head_size > MAX_HEAD_BYTES:
             self._abort(f"response headers longer than {MAX_HEAD_BYTES} bytes")
         self._header_list.append((name, value))
+        # Only the framing headers are looked at here; the rest are decoded if someone asks (`headers`).
+        if len(name) in (14, 16, 17):
+            lower = name.lower()
+            if lower == b"content-length" or lower == b"transfer-encoding":
+                self._framed = True
+            elif lower == b"content-encoding":
+                self._encoding = value.strip().lower()
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if status < 200:  # 1xx (103 Early Hints, a stray 100): informational, the real answer follows
             return
         self.status = status
-        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self._header_list}
-        self.headers = headers
         self._head_done = True
-        if self._first_timer is not None:
+        if self._first_timer is not None and not self._first_until_body:
             self._first_timer.cancel()
             self._first_timer = None
-        if "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower():
+        if not self._framed:
             self._until_eof = status not in (204, 304)
-        encoding = headers.get("content-encoding", "identity").lower()
-        if encoding in ("gzip", "x-gzip"):
-            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._decoder = zlib.decompressobj()
-        elif encoding != "identity":
-            self._abort(f"unsupported content-encoding {encoding!r}")
+        encoding = self._encoding
+        if encoding and encoding != b"identity":
+            if encoding in (b"gzip", b"x-gzip"):
+                self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            elif encoding == b"deflate":
+                self._decoder = zlib.decompressobj()
+            else:
+                self._abort(f"unsupported content-encoding {encoding.decode('latin-1')!r}")
         self._wake()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response headers, names in lower case (the last of repeated ones)."""
+        return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self._header_list}
 
     def on_body(self, body: bytes) -> None:
         if self._decoder is not None:
@@ -189,11 +206,13 @@ class Connection(asyncio.Protocol):
         raise ValueError(why)
 
     # ---- the exchange -----------------------------------------------------------------------------------
-    def send(self, data: bytes, first_at: float | None, total_at: float) -> None:
-        """Write one request; start its deadlines (loop times)."""
+    def send(self, data: bytes, first_at: float | None, total_at: float, first_until_body: bool = False) -> None:
+        """Write one request; start its deadlines (loop times). `first_until_body`: the first-byte deadline
+        holds past the headers until the reader calls `first_seen` (a stream's first event)."""
         assert self.transport is not None
         self.status = 0
-        self.headers = {}
+        self._header_list = []
+        self._first_until_body = first_until_body
         self._head_done = self.complete = self._got_bytes = self._until_eof = self._keep_alive = False
         self._head_bytes = 0
         self._decoder = None
@@ -240,6 +259,12 @@ class Connection(asyncio.Protocol):
             size += len(data)
             if size > limit:
                 return b"".join(parts)[:limit], True
+
+    def first_seen(self) -> None:
+        """The stream's first event arrived: its first-byte deadline is met."""
+        if self._first_timer is not None:
+            self._first_timer.cancel()
+            self._first_timer = None
 
     @property
     def reusable(self) -> bool:

@@ -238,13 +238,9 @@ class HTTPUpstream:
         yielded = False
         try:
             parser = SSEParser()
-            pending: list[SSEEvent] = []
-            try:
-                async with asyncio.timeout(timeouts.first_byte):
-                    conn = await self._open("POST", path, payload, timeouts, True, guarded=False)
-                    pending = await self._next_events(conn, parser, timeouts, yielded)
-            except TimeoutError:  # the client's own deadlines raise TimedOut, mapped where they happen
-                raise self.fail(self._timeout(f"no first event within {timeouts.first_byte}s", True)) from None
+            conn = await self._open("POST", path, payload, timeouts, True, stream=True)
+            pending = await self._next_events(conn, parser, timeouts, yielded)
+            conn.first_seen()
             while pending:
                 for i, event in enumerate(pending):
                     if is_terminal(event):
@@ -272,7 +268,9 @@ class HTTPUpstream:
         while True:
             try:
                 chunk = await conn.read()
-            except TimedOut:
+            except TimedOut as e:
+                if e.phase == "first_byte":
+                    raise self.fail(self._timeout(f"no first event within {timeouts.first_byte}s", True)) from None
                 raise self.fail(self._timeout(f"total timeout of {timeouts.total}s", not yielded)) from None
             except HTTPClientError as e:
                 raise self.fail(BackendError("protocol", f"upstream stream was cut: {e}", 502,
@@ -309,10 +307,11 @@ class HTTPUpstream:
         return b"%sContent-Length: %d\r\n\r\n%s" % (head, len(payload), payload)
 
     async def _open(
-        self, method: str, path: str, payload: bytes | None, timeouts: Timeouts, track: bool, guarded: bool = True
+        self, method: str, path: str, payload: bytes | None, timeouts: Timeouts, track: bool, stream: bool = False
     ) -> Connection:
-        """Send the request and wait for a 2xx response's headers (within first_byte unless the caller
-        guards that itself). Error statuses are read and raised as BackendError."""
+        """Send the request and wait for a 2xx response's headers, within first_byte (for a `stream`, that
+        deadline runs on to its first event: the reader calls `first_seen`). Error statuses are read and raised
+        as BackendError."""
         if self._pool is None:
             await self.start()
         pool = self._pool
@@ -320,8 +319,8 @@ class HTTPUpstream:
         data = self._request_bytes(method, path, payload)
         now = pool.loop.time()
         total_at = now + timeouts.total
-        first_at = now + timeouts.first_byte if guarded else None
-        limit_at = total_at if first_at is None or total_at <= first_at else first_at
+        first_at = now + timeouts.first_byte
+        limit_at = min(first_at, total_at)
         url = self.base_url + path
         for attempt in (1, 2):
             try:
@@ -333,8 +332,8 @@ class HTTPUpstream:
                 raise self._tracked(track, BackendError("connect", f"cannot connect to {url}: {e}", 502,
                                                         retryable=True)) from None
             except TimedOut:
-                raise self._tracked(track, self._head_timeout(limit_at != total_at, timeouts)) from None
-            conn.send(data, first_at, total_at)
+                raise self._tracked(track, self._head_timeout(first_at < total_at, stream, timeouts)) from None
+            conn.send(data, first_at, total_at, stream)
             try:
                 await conn.head()
             except Disconnected as e:
@@ -346,7 +345,7 @@ class HTTPUpstream:
                 continue
             except TimedOut as e:
                 conn.release()
-                raise self._tracked(track, self._head_timeout(e.phase == "first_byte", timeouts)) from None
+                raise self._tracked(track, self._head_timeout(e.phase == "first_byte", stream, timeouts)) from None
             except BadResponse as e:
                 conn.release()
                 raise self._tracked(track, BackendError("protocol", f"request to {url} failed: {e}", 502,
@@ -359,9 +358,10 @@ class HTTPUpstream:
             return conn
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    def _head_timeout(self, first_byte: bool, timeouts: Timeouts) -> BackendError:
+    def _head_timeout(self, first_byte: bool, stream: bool, timeouts: Timeouts) -> BackendError:
         if first_byte:
-            return self._timeout(f"no response headers within {timeouts.first_byte}s", True)
+            return self._timeout(f"no {'first event' if stream else 'response headers'} within "
+                                 f"{timeouts.first_byte}s", True)
         return self._timeout(f"total timeout of {timeouts.total}s", True)
 
     async def _status_error(self, conn: Connection, what: str) -> BackendError:
