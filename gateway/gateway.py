@@ -146,7 +146,8 @@ class Gateway:
 
     # ---- helpers for handlers -----------------------------------------------------------------------------
 
-    async def account(self, ctx: RequestContext, backend: str, usage: dict | None) -> None:
+    async def account(self, ctx: RequestContext, usage: dict | None) -> None:
+        """Count the answer's tokens and charge them to the tenant's TPM."""
         if not usage:
             return
         prompt = int(usage.get("prompt_tokens") or 0)

@@ -148,7 +148,7 @@ async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
     for stage in stages:
         hit = await stage.before(ctx)
         if hit is not None:
-            return await _answer_from_cache(request, gw, ctx, hit)
+            return await _answer_from_cache(request, ctx, hit)
     route = ctx.route
     if ctx.stream:
         return await _relay_stream(request, gw, snap, ctx, stages)
@@ -159,12 +159,12 @@ async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
     )
     for stage in stages:
         await stage.after(ctx, completion)
-    await gw.account(ctx, name, completion.get("usage"))
+    await gw.account(ctx, completion.get("usage"))
     ctx.response_headers["X-Backend"] = request[BACKEND] = name
     return json_response(completion, ctx.response_headers)
 
 
-async def _answer_from_cache(request: web.Request, gw: Gateway, ctx: RequestContext, hit: dict) -> web.StreamResponse:
+async def _answer_from_cache(request: web.Request, ctx: RequestContext, hit: dict) -> web.StreamResponse:
     ctx.response_headers["X-Backend"] = request[BACKEND] = "cache"
     if not ctx.stream:
         return json_response(hit, ctx.response_headers)
@@ -248,7 +248,7 @@ async def _relay_stream(
         if n_out > 1:
             tpot_hist.observe((time.perf_counter() - ctx.started - ttft) / (n_out - 1))
     if completion.get("usage"):
-        await gw.account(ctx, name, completion["usage"])
+        await gw.account(ctx, completion["usage"])
     else:  # an upstream that ignores stream_options.include_usage
         await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
     return response
@@ -267,7 +267,7 @@ async def embeddings(request: web.Request) -> web.Response:
     call = WHOLE[EMBEDDINGS]
     result, name = await gw.router.call(route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
                                         endpoint=EMBEDDINGS, tenant=ctx.tenant.name)
-    await gw.account(ctx, name, result.get("usage"))
+    await gw.account(ctx, result.get("usage"))
     request[BACKEND] = name
     return json_response(result, {"X-Backend": name})
 

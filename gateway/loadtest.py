@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
+from gateway.backends.engine_options import DEFAULT_MODEL
 from gateway.loadtest_workloads import BUILTIN, Body, WorkloadError, make_workload
 
 ENDPOINTS = {"messages": "/v1/chat/completions", "prompt": "/v1/completions", "input": "/v1/embeddings"}
@@ -275,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, help="open loop: start this many requests per second instead")
     p.add_argument("--stream", action="store_true", help="stream responses (measures TTFT and TPOT)")
     p.add_argument("--workload", default="chat-short", help=f"{', '.join(BUILTIN)}, or a JSONL file of bodies")
-    p.add_argument("--model", help="model for bodies without one (default smollm2-135m); given, it overrides all")
+    p.add_argument("--model", help=f"model for bodies without one (default {DEFAULT_MODEL}); given, it overrides all")
     p.add_argument("--max-tokens", type=int, help="override max_tokens of every request")
     p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="Bearer key (default $OPENAI_API_KEY)")
     p.add_argument("--timeout", type=float, default=300.0, help="per-request timeout in seconds")
@@ -302,7 +303,7 @@ def main(argv: list[str]) -> int:
         parser.error(str(e))
     cfg = LoadConfig(
         url=args.url, workload=workload, requests=args.requests, concurrency=args.concurrency, rate=args.rate,
-        stream=args.stream, model=args.model or "smollm2-135m", override_model=args.model is not None,
+        stream=args.stream, model=args.model or DEFAULT_MODEL, override_model=args.model is not None,
         api_key=args.api_key, timeout_s=args.timeout, progress=None if args.no_progress else sys.stderr,
     )
     summary = asyncio.run(run_load(cfg)).summary()

@@ -160,14 +160,6 @@ class FlashPagedAttention:
         return out
 
 
-def build_attention(backend: str, scale: float) -> TorchPagedAttention | FlashPagedAttention:
-    if backend == "flash_attn":
-        return FlashPagedAttention(scale)
-    if backend == "torch_sdpa":
-        return TorchPagedAttention(scale)
-    raise ValueError(f"unknown attention backend {backend!r}")
-
-
 class GatherWorkspace:
     """Reused destination of the K/V block gathers, shared by every layer of a model.
 

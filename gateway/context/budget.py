@@ -108,7 +108,7 @@ class BudgetReport:
         return "; ".join(parts)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Plan:
     counter: RequestCounter
     config: ContextConfig
@@ -220,8 +220,10 @@ def plan(
     report.original = counter.count_prompt(original_messages, tools) + (
         _documents_need(counter, docs + duplicates, ordered) if duplicates else docs_need)
     return Plan(
-        counter, config, limit, system, conversation.query, tools, tools_tokens, recent, older, docs,
-        docs_alloc, older_budget, older_tokens, summary_max, ordered, report, original_messages,
+        counter=counter, config=config, limit=limit, system=system, query=conversation.query, tools=tools,
+        tools_tokens=tools_tokens, recent=recent, older=older, docs=docs, docs_alloc=docs_alloc,
+        older_budget=older_budget, older_tokens=older_tokens, summary_max_tokens=summary_max, ordered=ordered,
+        report=report, original_messages=original_messages,
     )
 
 

@@ -41,3 +41,11 @@ def test_options_are_validated_with_their_path() -> None:
         with pytest.raises(PolicyError) as info:
             parse_engine_options(cfg(**bad))
         assert info.value.path == f"backends.pool.{path}"
+
+
+def test_the_gateway_and_the_engine_default_to_the_same_model() -> None:
+    """Spelt once per package (the gateway's policy loader must not import engine/, which loads torch)."""
+    from engine.config import DEFAULT_MODEL as ENGINE_DEFAULT
+    from gateway.backends.engine_options import DEFAULT_MODEL
+
+    assert DEFAULT_MODEL == ENGINE_DEFAULT == parse_engine_options(BackendConfig(name="e", type="engine")).model
