@@ -16,6 +16,7 @@ from typing import Any
 from gateway.backends.anthropic_format import default_max_tokens as anthropic_default_max_tokens
 from gateway.backends.anthropic_format import thinking_budget
 from gateway.backends.engine_options import DEFAULT_MODEL as ENGINE_DEFAULT_MODEL
+from gateway.config.schema import BackendConfig
 from gateway.context import models
 from gateway.context.budget import Assembled, Plan, finish, plan, split_conversation
 from gateway.context.compress import parse_documents
@@ -52,9 +53,12 @@ class ContextStage:
         policy = self.resources.get_policy()
         wanted = set()
         for route in policy.routes:
-            target = policy.backends.get(route.backends[0].name) if route.backends else None
-            if route.context is not None and target is not None and target.type == "engine":
-                wanted.add(target.model or ENGINE_DEFAULT_MODEL)
+            if route.context is None:
+                continue
+            for b in route.backends:  # any of them may be the one assembled for (see _target)
+                target = policy.backends.get(b.name)
+                if target is not None and target.type == "engine":
+                    wanted.add(target.model or ENGINE_DEFAULT_MODEL)
         self._preloads = [asyncio.create_task(self._engine_counter(m)) for m in sorted(wanted)]
 
     async def before(self, ctx: RequestContext) -> dict | None:
@@ -125,16 +129,20 @@ class ContextStage:
     # ---- helpers -------------------------------------------------------------------------------------------
 
     def _target(self, ctx: RequestContext) -> Target:
+        """The backend to assemble for. A weighted, least-loaded or prefix-aware route may send the request to
+        any of its backends, and the choice comes after this stage: so the one with the smallest known window
+        (its tokenizer, its output limits), which every other one can take too; the first on a tie, or when
+        no window is known. Fallbacks are not counted: they answer only when the route's backends fail."""
         backends = ctx.policy.backends
         names = [b.name for b in ctx.route.backends] + list(ctx.route.fallbacks)
-        primary = backends.get(names[0]) if names else None
-        if primary is None:
-            return Target("openai", ctx.model, False, models.lookup(ctx.model))
         anthropic_only = all(n in backends and backends[n].type == "anthropic" for n in names)
-        # An engine serves its configured model whatever the request calls it; upstreams may rename it.
-        model = primary.model or (ENGINE_DEFAULT_MODEL if primary.type == "engine" else ctx.model)
-        default_max = anthropic_default_max_tokens(primary.options) if primary.type == "anthropic" else None
-        return Target(primary.type, model, anthropic_only, models.lookup(model), default_max)
+        candidates = [backends[b.name] for b in ctx.route.backends if b.name in backends] or \
+            [backends[n] for n in names[:1] if n in backends]
+        if not candidates:
+            return Target("openai", ctx.model, False, models.lookup(ctx.model))
+        targets = [_target_of(c, ctx.model, anthropic_only) for c in candidates]
+        known = [(t.info.window, i) for i, t in enumerate(targets) if t.info is not None and t.info.window]
+        return targets[min(known)[1]] if known else targets[0]
 
     async def _counter(self, target: Target) -> TokenCounter:
         if target.kind == "engine":
@@ -213,6 +221,13 @@ class Target:
     anthropic_only: bool  # every backend and fallback of the route is Anthropic
     info: models.ModelInfo | None
     default_max_tokens: int | None = None  # the backend's own output limit when the client sends none
+
+
+def _target_of(backend: BackendConfig, requested: str, anthropic_only: bool) -> Target:
+    # An engine serves its configured model whatever the request calls it; upstreams may rename it.
+    model = backend.model or (ENGINE_DEFAULT_MODEL if backend.type == "engine" else requested)
+    default_max = anthropic_default_max_tokens(backend.options) if backend.type == "anthropic" else None
+    return Target(backend.type, model, anthropic_only, models.lookup(model), default_max)
 
 
 async def _run(large: bool, fn: Any, *args: Any) -> Any:

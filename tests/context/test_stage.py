@@ -314,3 +314,25 @@ def test_large_conversation_is_fitted_to_the_table_window(fake_openai, serve_gat
     assert tiktoken_counter("cl100k_base").count_prompt(forwarded) == int(report["total"]) <= 8192 - 1000
     assert forwarded == conversation[len(conversation) - len(forwarded):]
     assert metric(srv, "gateway_context_dropped_messages_total", reason="no_summarizer") == len(conversation) - len(forwarded)
+
+
+def test_a_route_over_backends_of_different_windows_fits_the_smallest(fake_openai, serve_gateway) -> None:
+    """Weighted over gpt-4o (128k) and ft:gpt-4 (8,192): whichever answers, the prompt fits 8,192 tokens,
+    counted with the small model's tokenizer."""
+    fake, up = fake_openai
+    srv = serve_gateway(f"""
+backends:
+  big: {{type: openai, base_url: "{up.url}/v1", api_key: k, model: gpt-4o}}
+  small: {{type: openai, base_url: "{up.url}/v1", api_key: k, model: ft:gpt-4-0613}}
+routes:
+  - match: {{model: mixed}}
+    backends: [big, small]
+    budget: {{max_output_tokens: 1000}}
+""")
+    conversation = history(60, words=100) + [{"role": "user", "content": "Summing up?"}]
+    raw = client(srv).chat.completions.with_raw_response.create(model="mixed", messages=conversation)
+    report = budget(raw.headers)
+    assert report["window"] == "8192" and report["tokenizer"] == "tiktoken/cl100k_base"
+    forwarded = fake.last.body["messages"]
+    assert tiktoken_counter("cl100k_base").count_prompt(forwarded) == int(report["total"]) <= 8192 - 1000
+    assert len(forwarded) < len(conversation) and forwarded[-1] == conversation[-1]
