@@ -141,8 +141,6 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if a.cjk_core and b.cjk_core:
         if _cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core):
             return "order"
-        if _cjk_topic_changed(a.cjk_core, b.cjk_core):
-            return "content"
         if close:
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
@@ -737,20 +735,6 @@ def _cjk_edited(a: str, b: str, nearly_equal: bool) -> str | None:
         if op in ("insert", "delete") and len(_CJK.findall(a[i1:i2] + b[j1:j2])) >= 2:
             return "scope"
     return None
-
-
-def _cjk_topic_changed(a: str, b: str) -> bool:
-    """The first word of two Chinese questions put for another before the same next character, however the
-    rest was reworded: 唐朝哪年建立 / 宋朝建立于哪年, 铁生锈 / 铜生锈属于哪种变化, 华为手机 / 小米手机. With the
-    asking words gone (怎么, 可以, 吗 ...), a question's first word is what it is about; MiniLM reads Chinese
-    characters poorly and scores such pairs near 1."""
-    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-    if len(ops) < 2 or ops[0][0] != "replace" or ops[1][0] != "equal":
-        return False
-    _, i1, i2, j1, j2 = ops[0]
-    x, y = a[i1:i2], b[j1:j2]
-    return len(x) <= 2 and len(y) <= 2 and bool(_CJK.fullmatch(x[0]) and _CJK.fullmatch(y[0])) \
-        and not set(x) & set(y) and all(_CJK.match(c) for c in x + y)
 
 
 def _cjk_substituted(a: str, b: str) -> bool:

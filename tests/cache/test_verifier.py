@@ -61,6 +61,15 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     # Chinese parties around the same middle, the rest reworded
     ("狗可以吃猫粮吗？", "猫能不能吃狗粮", "order"),
     ("公司拖欠员工工资怎么办", "员工拖欠公司钱怎么办", "order"),
+    # arrows and a slash between two terms are directions; 去 is 到
+    ("USD -> EUR rate today", "EUR -> USD rate today", "order"),
+    ("USD/EUR rate today", "EUR/USD rate today", "order"),
+    ("从香港寄快递到上海要几天？", "上海寄快递去香港要几天？", "order"),
+    # common nouns of one kind put one for another in reworded questions (tests/data/verifier_dev.jsonl)
+    ("Can dogs eat grapes?", "Are grapes safe for cats?", "entity"),
+    ("Is drinking beer bad for your liver?", "does wine damage the liver?", "entity"),
+    ("孕妇可以喝咖啡吗？", "怀孕期间能喝茶吗", "entity"),
+    ("唐朝是哪一年建立的？", "宋朝建立于哪一年", "entity"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -89,6 +98,9 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("How can I view my bill?", "Where can I see my bill?"),
     ("Do you accept PayPal?", "do you accept paypal"),  # a name typed lower-case is no typo ("papal")
     ("What vaccines do I need for Thailand?", "What vaccines do I need for Thialand?"),  # a name's typo
+    ("What is the exchange rate from USD to EUR?", "USD -> EUR exchange rate"),  # an arrow is "to"
+    ("Can dogs eat cooked chicken bones?", "Are cooked chicken bones dangerous for dogs?"),  # the same kinds
+    ("孕妇能喝奶茶吗？", "怀孕了可以喝奶茶吗"),
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
