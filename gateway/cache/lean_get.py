@@ -1,4 +1,5 @@
-"""Exact-cache reads pipelined on one Redis connection, for the hot path of exact hits.
+"""Cache reads pipelined on one Redis connection, for the hot path of hits: exact GETs and the HGET of a
+semantic hit's completion.
 
 A redis-py asyncio GET costs tens of microseconds of Python (pool checkout, command packing, parser, retry
 wrapper, release). Under load on one core that is a large share of an exact hit, and it queues: a lookup that
@@ -55,9 +56,16 @@ class LeanGet(asyncio.Protocol):
 
     async def get(self, key: str) -> bytes | None:
         """GET key. Raises redis ConnectionError/ResponseError like redis-py, so RedisGuard treats it alike."""
+        return await self._request(_command(b"GET", key.encode()))
+
+    async def hget(self, key: str, field: bytes) -> bytes | None:
+        """HGET key field (a semantic hit's completion), with GET's errors."""
+        return await self._request(_command(b"HGET", key.encode(), field))
+
+    async def _request(self, command: bytes) -> bytes | None:
         if self._transport is None or self._connecting is not None:  # not before AUTH/SELECT went out
             await self._connect()
-        return await self._send(_command(b"GET", key.encode()))
+        return await self._send(command)
 
     def _send(self, data: bytes) -> asyncio.Future:
         transport = self._transport
