@@ -12,6 +12,7 @@ differs.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING
@@ -45,8 +46,9 @@ def backend_error(e: EngineRequestError) -> BackendError:
     return BackendError(reason, e.message, e.status, retryable=e.status >= 500, body=e.body())
 
 
-class EngineBackendBase:
-    """What both engine backends share: their options, error counting, no embeddings."""
+class EngineBackendBase(ABC):
+    """What both engine backends share: their options, error counting, the endpoints over `_whole` and
+    `_stream`, no embeddings."""
 
     def __init__(self, config: BackendConfig, metrics: Metrics) -> None:
         self.name = config.name
@@ -58,6 +60,24 @@ class EngineBackendBase:
     def _fail(self, err: BackendError) -> BackendError:
         self.metrics.count_upstream_error(self.name, err.reason, err.status)  # a client's 400 is not counted
         return err
+
+    @abstractmethod
+    async def _whole(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> dict: ...
+
+    @abstractmethod
+    def _stream(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]: ...
+
+    async def chat(self, body: dict, timeouts: Timeouts) -> dict:
+        return await self._whole(CHAT, body, timeouts)
+
+    def chat_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
+        return self._stream(CHAT, body, timeouts)
+
+    async def completions(self, body: dict, timeouts: Timeouts) -> dict:
+        return await self._whole(COMPLETIONS, body, timeouts)
+
+    def completions_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
+        return self._stream(COMPLETIONS, body, timeouts)
 
     async def embeddings(self, body: dict, timeouts: Timeouts) -> dict:
         raise BackendError("status_4xx", f"engine backend {self.name} does not serve embeddings", 400, body={
@@ -142,18 +162,6 @@ class InProcessEngineBackend(EngineBackendBase):
                     raise self._fail(BackendError("timeout", f"the stream ran past {timeouts.total}s", 504)) from None
         finally:
             self._inflight.dec()
-
-    async def chat(self, body: dict, timeouts: Timeouts) -> dict:
-        return await self._whole(CHAT, body, timeouts)
-
-    def chat_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
-        return self._stream(CHAT, body, timeouts)
-
-    async def completions(self, body: dict, timeouts: Timeouts) -> dict:
-        return await self._whole(COMPLETIONS, body, timeouts)
-
-    def completions_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
-        return self._stream(COMPLETIONS, body, timeouts)
 
     async def list_models(self) -> list[str]:
         return [self.model]

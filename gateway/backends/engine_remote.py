@@ -19,7 +19,7 @@ from gateway.backends.engine import EngineBackendBase
 from gateway.backends.engine_replicas import Replica, ReplicaSet, make_replicas
 from gateway.config.schema import BackendConfig
 from gateway.metrics import Metrics
-from gateway.pipeline import CHAT, COMPLETIONS, Endpoint
+from gateway.pipeline import CHAT, Endpoint
 from gateway.routing.prefix import PrefixRouter, Ticket
 
 if TYPE_CHECKING:
@@ -138,18 +138,6 @@ class EngineReplicasBackend(EngineBackendBase):
             raise
         finally:
             self.router.finish(ticket)
-
-    async def chat(self, body: dict, timeouts: Timeouts) -> dict:
-        return await self._whole(CHAT, body, timeouts)
-
-    def chat_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
-        return self._stream(CHAT, body, timeouts)
-
-    async def completions(self, body: dict, timeouts: Timeouts) -> dict:
-        return await self._whole(COMPLETIONS, body, timeouts)
-
-    def completions_stream(self, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
-        return self._stream(COMPLETIONS, body, timeouts)
 
     async def list_models(self) -> list[str]:
         if self.config.model:
