@@ -232,6 +232,8 @@ class CoalescingWriter:
             failed.add_done_callback(_retrieve)
             self._last = failed
             return
+        if waiting is not None:
+            waiting._asyncio_future_blocking = False  # taken over, as a Task would, so it can be awaited again
         self._last = asyncio.ensure_future(_resume(coro, waiting))
         self._last.add_done_callback(_retrieve)
 

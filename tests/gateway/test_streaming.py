@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from gateway.streaming import StreamAssembler, completion_to_chunks
+import asyncio
+
+from aiohttp import web
+
+from gateway.streaming import CoalescingWriter, StreamAssembler, completion_to_chunks
 
 BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -88,3 +92,44 @@ def test_reasoning_deltas_are_kept_and_replayed() -> None:
         replayed.add(c)
     replayed.finish()
     assert replayed.result() == a.result()
+
+
+async def test_coalescing_writer_to_a_slow_client_keeps_order_and_ends_the_stream() -> None:
+    """A client that does not read for a while: writes must drain (the stepped write suspends and a task
+    finishes it), every event arrives once and in order, and close() ends the chunked body."""
+    events = [b"data: %d %s\n\n" % (i, b"x" * 4000) for i in range(2000)]  # 8 MB, past any socket buffer
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        out = CoalescingWriter(response)
+        for i, event in enumerate(events):
+            await out.add(event)
+            if i % 50 == 0:
+                await asyncio.sleep(0)  # a new upstream read: the next events form another flush
+        await out.close(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.sleep(0.3)  # not reading: the server's socket fills and its writes must wait
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"chunked" in head.lower()
+        body = bytearray()
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            body += await reader.readexactly(size + 2)
+            if size == 0:
+                break
+        writer.close()
+        assert bytes(body).replace(b"\r\n", b"") == b"".join(events) + b"data: [DONE]\n\n"
+    finally:
+        await runner.cleanup()
