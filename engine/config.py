@@ -37,6 +37,7 @@ class EngineConfig:
     num_threads: int | None = None
     quantization: str = "none"  # none | int8 (per-channel int8 weights, engine/layers/quant.py)
     pack_weights: bool = True  # fp32 on CPU: oneDNN-packed linear weights (engine/layers/linear.py)
+    c_kernels: bool = True  # fp32 on CPU: decode attention by a C kernel over the paged cache (layers/cpu_kernels.py)
     speculative: str | None = None  # None | "ngram" (prompt-lookup speculative decoding, engine/spec_decode.py)
     num_speculative_tokens: int = 4
     prompt_lookup_min: int = 2

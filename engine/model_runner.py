@@ -19,6 +19,7 @@ from engine.layers.attention import (
     flash_attn_available,
     select_attention_backend,
 )
+from engine.layers.cpu_kernels import paged_decode
 from engine.layers.linear import pack_linear_weights, packing_available
 from engine.layers.quant import quantize_model
 from engine.loader import load_weights
@@ -102,7 +103,10 @@ class ModelRunner:
         self.model.rotary.build_tables(self.device)  # cos/sin tables stay in float32
         backend = select_attention_backend(self.device.type, flash_attn_available(), config.block_size)
         attention = FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention
-        self.model.set_attention(attention)
+        # CPU fp32: decodes attend straight from the paged cache (no K/V gather) when the C kernel builds
+        self.decode_kernel = (paged_decode() if backend == "torch_sdpa" and self.device.type == "cpu"
+                              and self.dtype == torch.float32 and config.c_kernels else None)
+        self.model.set_attention(attention, self.decode_kernel)
         self.attention_backend = backend
         self.num_blocks = num_kv_blocks(config, model_config, self.device)
         self.scratch_block = self.num_blocks  # one extra block: padded slots of CUDA-graph batches write here
@@ -199,7 +203,7 @@ class ModelRunner:
             decode_context_lens=torch.zeros(0, dtype=torch.long),
             prefills=prefills,
         )
-        if self.attention_backend == "flash_attn":
+        if self.attention_backend == "flash_attn" or self.decode_kernel is not None:
             meta.decode_block_tables, meta.decode_context_lens = self._padded_tables(decode_tables, decode_lens)
         else:
             # The scheduler sorts decodes by length; groups padded to their own longest keep padding small.

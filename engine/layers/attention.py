@@ -7,11 +7,14 @@ bottom-right-aligned causal mask (query i sees cached keys plus new keys up to i
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from engine.layers.cpu_kernels import paged_decode_attention
 
 
 @dataclass
@@ -56,9 +59,12 @@ class TorchPagedAttention:
     one contiguous [L, D] matrix per head, the layout SDPA's CPU kernel is fastest on.
     """
 
-    def __init__(self, scale: float, workspace: GatherWorkspace | None = None) -> None:
+    def __init__(self, scale: float, workspace: GatherWorkspace | None = None,
+                 decode_kernel: ctypes.CDLL | None = None) -> None:
         self.scale = scale
         self.workspace = workspace or GatherWorkspace()
+        # engine/layers/paged_decode.c: decodes read K/V in place (meta then holds one padded table for all)
+        self.decode_kernel = decode_kernel
 
     @staticmethod
     def kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
@@ -79,8 +85,13 @@ class TorchPagedAttention:
         """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [Hkv, num_blocks, block_size, D]. Returns [T, Hq, D]."""
         self.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         out = torch.empty_like(q)
+        nd = meta.num_decodes
+        if nd and self.decode_kernel is not None:
+            out[:nd] = paged_decode_attention(self.decode_kernel, q[:nd], k_cache, v_cache,
+                                              meta.decode_block_tables, meta.decode_context_lens, self.scale)
+            nd = 0
         groups = meta.decode_groups or (
-            [(0, meta.num_decodes, meta.decode_block_tables, meta.decode_context_lens)] if meta.num_decodes else []
+            [(0, nd, meta.decode_block_tables, meta.decode_context_lens)] if nd else []
         )
         for start, end, tables, lens in groups:
             out[start:end] = self._decode(q[start:end], k_cache, v_cache, tables, lens)

@@ -6,6 +6,8 @@ gate/up are fused at load time (`load_weights`) so each layer runs two fewer mat
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -108,12 +110,13 @@ class LlamaForCausalLM(nn.Module):
         for layer, k, v in zip(self.layers, k_caches, v_caches, strict=True):
             layer.self_attn.k_cache, layer.self_attn.v_cache = k, v
 
-    def set_attention(self, make: type[TorchPagedAttention] | type[FlashPagedAttention]) -> None:
+    def set_attention(self, make: type[TorchPagedAttention] | type[FlashPagedAttention],
+                      decode_kernel: ctypes.CDLL | None = None) -> None:
         scale = self.config.head_dim**-0.5
         if make is TorchPagedAttention:
             workspace = GatherWorkspace()  # layers run one after another, so one gather buffer serves all
             for layer in self.layers:
-                layer.self_attn.attn = TorchPagedAttention(scale, workspace)
+                layer.self_attn.attn = TorchPagedAttention(scale, workspace, decode_kernel)
             return
         for layer in self.layers:
             layer.self_attn.attn = make(scale)

@@ -1,0 +1,84 @@
+"""Small C kernels for the CPU path, compiled with the system C compiler on first use and cached on disk.
+
+Plain C through ctypes (no torch headers): builds in about a second, and where no compiler is found or the build
+fails, `paged_decode()` returns None and the engine keeps its pure-torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("paged_decode.c")
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "llm-gateway-engine"
+
+
+def _cpu_key() -> str:
+    """-march=native code runs only where it was built: key the cached library on this CPU's flags."""
+    try:
+        flags = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return flags
+
+
+@cache
+def paged_decode() -> ctypes.CDLL | None:
+    """The compiled kernel library, or None (no compiler, a failed build, or not x86/arm Linux)."""
+    if os.environ.get("ENGINE_NO_C_KERNELS"):
+        return None
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        log.info("no C compiler: decode attention gathers K/V through torch")
+        return None
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_key().encode()).hexdigest()[:16]
+    lib_path = _cache_dir() / f"paged_decode-{digest}.so"
+    try:
+        if not lib_path.exists():
+            lib_path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=lib_path.parent) as tmp:  # built aside, then renamed: atomic
+                out = Path(tmp) / lib_path.name
+                subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(out), "-lm"], check=True, capture_output=True,
+                               timeout=120)
+                os.replace(out, lib_path)
+        lib = ctypes.CDLL(str(lib_path))
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("C decode-attention kernel unavailable (%s): using the torch path", exc)
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.paged_decode_attention.argtypes = [ptr] * 6 + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
+    lib.paged_decode_attention.restype = None
+    return lib
+
+
+def paged_decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """q: [B, Hq, D] float32; caches [Hkv, num_blocks, block_size, D]; block_tables [B, max_blocks] int64;
+    context_lens [B] int64. Returns [B, Hq, D]."""
+    q = q.contiguous()
+    assert q.dtype == k_cache.dtype == v_cache.dtype == torch.float32 and k_cache.is_contiguous()
+    assert block_tables.dtype == context_lens.dtype == torch.int64 and block_tables.is_contiguous()
+    b, hq, d = q.shape
+    hkv, nb, bs, _ = k_cache.shape
+    out = torch.empty_like(q)
+    lib.paged_decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+                               context_lens.data_ptr(), out.data_ptr(), b, hq, hkv, nb, bs, d,
+                               block_tables.shape[1], scale, torch.get_num_threads())
+    return out
