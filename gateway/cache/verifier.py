@@ -678,12 +678,20 @@ def _cjk_reordered(a: str, b: str) -> bool:
     for i in range(1, n):  # ma = x + middle + y and mb = y + middle + x
         for j in range(1, n - i):
             x, middle, y = ma[:i], ma[i:n - j], ma[n - j:]
-            if mb == y + middle + x and x != y and any(c in lx.ZH_RELATION for c in middle):
+            if mb == y + middle + x and x != y and _cjk_relation(middle):
                 return True
     return False
 
 
 _ZH_JOINTS = frozenset("和与跟同或及、")  # one character each; the two-character joints are neutral words
+
+
+def _cjk_relation(middle: str) -> bool:
+    """Whether X middle Y read the other way round asks something else: a relation character (的, 到, 比 ...)
+    or any verb between them (阿里巴巴收购了饿了么 / 饿了么收购了阿里巴巴); joints (和, 还是) and a copula
+    (是) alone are symmetric."""
+    return any(c in lx.ZH_RELATION for c in middle) or not (set(middle) <= _ZH_JOINTS | {"是"}
+                                                             or middle in _ZH_JOINT_WORDS)
 _CJK_EXCHANGE_MAX = 80
 
 
