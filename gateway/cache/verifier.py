@@ -689,9 +689,11 @@ _ZH_JOINTS = frozenset("和与跟同或及、")  # one character each; the two-c
 def _cjk_relation(middle: str) -> bool:
     """Whether X middle Y read the other way round asks something else: a relation character (的, 到, 比 ...)
     or any verb between them (阿里巴巴收购了饿了么 / 饿了么收购了阿里巴巴); joints (和, 还是) and a copula
-    (是) alone are symmetric."""
-    return any(c in lx.ZH_RELATION for c in middle) or not (set(middle) <= _ZH_JOINTS | {"是"}
-                                                             or middle in _ZH_JOINT_WORDS)
+    (是) alone are symmetric, and so are asking words (非常好的问题：怎么做红烧肉 / 红烧肉怎么做？非常好的问题)."""
+    if any(c in lx.ZH_RELATION for c in middle):
+        return True
+    rest = _cjk_neutral_removed(middle)
+    return bool(rest) and not set(rest) <= _ZH_JOINTS
 _CJK_EXCHANGE_MAX = 80
 
 
