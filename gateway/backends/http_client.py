@@ -85,9 +85,12 @@ class Connection(asyncio.Protocol):
         self._decoder: Any = None
         self._keep_alive = False
         self._bad: str | None = None  # why a callback stopped the parser
-        self._first_timer: asyncio.TimerHandle | None = None
-        self._first_until_body = False  # a stream: the first-byte timer runs until `first_seen`
-        self._total_timer: asyncio.TimerHandle | None = None
+        # One timer per exchange: at the first-byte deadline, which re-arms itself for the total deadline if
+        # the first byte came by then (so a request pays one call_at and one cancel, not two of each).
+        self._timer: asyncio.TimerHandle | None = None
+        self._total_at = 0.0
+        self._first_pending = False  # the first-byte deadline still applies
+        self._first_until_body = False  # a stream: the first-byte deadline holds until `first_seen`
 
     # ---- asyncio.Protocol -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -161,9 +164,8 @@ class Connection(asyncio.Protocol):
             return
         self.status = status
         self._head_done = True
-        if self._first_timer is not None and not self._first_until_body:
-            self._first_timer.cancel()
-            self._first_timer = None
+        if not self._first_until_body:
+            self._first_pending = False
         if not self._framed:
             self._until_eof = status not in (204, 304)
         encoding = self._encoding
@@ -216,10 +218,13 @@ class Connection(asyncio.Protocol):
         self._head_done = self.complete = self._got_bytes = self._until_eof = self._keep_alive = False
         self._head_bytes = 0
         self._decoder = None
-        loop = self._loop
-        if first_at is not None:
-            self._first_timer = loop.call_at(first_at, self._expire, "first_byte")
-        self._total_timer = loop.call_at(total_at, self._expire, "total")
+        self._total_at = total_at
+        if first_at is not None and first_at < total_at:
+            self._first_pending = True
+            self._timer = self._loop.call_at(first_at, self._expire, "first_byte")
+        else:
+            self._first_pending = False
+            self._timer = self._loop.call_at(total_at, self._expire, "total")
         self.transport.write(data)
 
     async def head(self) -> None:
@@ -262,9 +267,7 @@ class Connection(asyncio.Protocol):
 
     def first_seen(self) -> None:
         """The stream's first event arrived: its first-byte deadline is met."""
-        if self._first_timer is not None:
-            self._first_timer.cancel()
-            self._first_timer = None
+        self._first_pending = False
 
     @property
     def reusable(self) -> bool:
@@ -306,20 +309,18 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def _expire(self, phase: str) -> None:
-        if phase == "first_byte":
-            self._first_timer = None
-        else:
-            self._total_timer = None
-        if not self.complete:
-            self._fail(TimedOut(phase))
+        self._timer = None
+        if self.complete:
+            return
+        if phase == "first_byte" and not self._first_pending:  # met in time: on to the total deadline
+            self._timer = self._loop.call_at(self._total_at, self._expire, "total")
+            return
+        self._fail(TimedOut(phase))
 
     def _stop_timers(self) -> None:
-        if self._first_timer is not None:
-            self._first_timer.cancel()
-            self._first_timer = None
-        if self._total_timer is not None:
-            self._total_timer.cancel()
-            self._total_timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _close(self) -> None:
         self._stop_timers()
