@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from gateway.cache.embedder import DIM, MiniLMEmbedder
 from gateway.cache.index import EntryMeta
@@ -87,3 +88,29 @@ async def test_each_text_is_tokenized_once(embedder) -> None:
         assert vector is not None and float(vector @ embedder.encode([long])[0]) > 0.99999
     finally:
         await worker.close()
+
+
+async def test_queue_order_deadlines_and_close(embedder) -> None:
+    """The worker's own thread keeps submission order (a run() queued after lookups sees them done), skips a
+    lookup its caller gave up on before it was encoded, and close() cancels what is still queued, so nobody
+    awaits forever."""
+    worker = await started(embedder)
+    try:
+        texts_before = worker.timings.texts
+        first = asyncio.ensure_future(worker.embed("How do I reset my password?"))
+        given_up = asyncio.ensure_future(worker.embed("This lookup's deadline passes before it is encoded"))
+        seen = asyncio.ensure_future(worker.run(lambda: worker.timings.texts))
+        await asyncio.sleep(0)  # all three reach the queue together at the end of this turn
+        given_up.cancel()
+        assert await seen == texts_before + 1  # the first lookup ran before the call, the cancelled one never
+        assert (await first).shape == (DIM,)
+        assert given_up.cancelled()
+        queued = [asyncio.ensure_future(worker.embed(f"queued question {i}")) for i in range(40)]
+        await asyncio.sleep(0)
+    finally:
+        await worker.close()
+    done = await asyncio.gather(*queued, return_exceptions=True)
+    # Whatever the thread had not started is cancelled; what it was encoding when close came still answers.
+    assert all(isinstance(r, asyncio.CancelledError) or r.shape == (DIM,) for r in done)
+    with pytest.raises(RuntimeError):
+        await worker.embed("after close")
