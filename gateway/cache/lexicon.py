@@ -524,6 +524,11 @@ ENTITY_CLASSES: dict[str, tuple[str, ...]] = {
         "hangzhou|杭州", "nanjing|南京", "suzhou|苏州", "chengdu|成都", "chongqing|重庆", "wuhan|武汉",
         "xian|xi'an|西安", "tianjin|天津", "macau|macao|澳门", "moscow|莫斯科", "istanbul|伊斯坦布尔",
         "mumbai", "delhi", "cairo", "mexico city", "edinburgh", "manchester",
+        "shijiazhuang|石家庄", "zhengzhou|郑州", "changsha|长沙", "jinan|济南", "qingdao|青岛", "xiamen|厦门",
+        "fuzhou|福州", "kunming|昆明", "harbin|哈尔滨", "shenyang|沈阳", "dalian|大连", "hefei|合肥",
+        "nanchang|南昌", "nanning|南宁", "guiyang|贵阳", "lanzhou|兰州", "taiyuan|太原", "lhasa|拉萨",
+        "urumqi|乌鲁木齐", "haikou|海口", "sanya|三亚", "zhuhai|珠海", "dongguan|东莞", "foshan|佛山",
+        "ningbo|宁波", "wuxi|无锡",
     ),
     # Common nouns of one kind that users put one for another ("can dogs eat grapes" / "are grapes toxic to
     # cats", 孕妇能喝咖啡吗 / 怀孕期间能喝茶吗). Chinese spellings are found inside other words, so only words
