@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from functools import cache
 
 import torch
 
@@ -64,6 +65,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling on 64-bit
 
 
+@cache  # process-wide: set once, however many runners a process builds (replicas, tests)
 def keep_freed_memory() -> bool:
     """Make glibc keep freed blocks of up to 32 MiB for reuse instead of returning them to the OS.
 

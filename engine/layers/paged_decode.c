@@ -23,6 +23,22 @@ static float dot(const float *a, const float *b, int n) {
     return s;
 }
 
+#define KEYS 8
+
+/* scores of KEYS consecutive keys (rows of `k`) against one query, each summed in dot()'s order */
+static void dot_keys(const float *q, const float *k, int64_t head_dim, float *out, float scale) {
+    float acc[KEYS][LANES] = {{0}};
+    for (int64_t i = 0; i + LANES <= head_dim; i += LANES)
+        for (int j = 0; j < KEYS; j++)
+            for (int l = 0; l < LANES; l++) acc[j][l] += q[i + l] * k[j * head_dim + i + l];
+    for (int j = 0; j < KEYS; j++) {
+        float s = 0.f;
+        for (int l = 0; l < LANES; l++) s += acc[j][l];
+        for (int64_t i = head_dim - head_dim % LANES; i < head_dim; i++) s += q[i] * k[j * head_dim + i];
+        out[j] = s * scale;
+    }
+}
+
 /* q, out: [B, Hq, D]; k_cache, v_cache: [Hkv, num_blocks, block_size, D]; block_tables: [B, max_blocks]
    (int64); context_lens: [B] (int64, keys each query sees, its own included). */
 void paged_decode_attention(const float *q, const float *k_cache, const float *v_cache,
@@ -40,11 +56,17 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
         const float *kh = k_cache + kvh * head_stride, *vh = v_cache + kvh * head_stride;
         float *scores = malloc(sizeof(float) * group * (len > 0 ? len : 1));
         float *acc = calloc(group * head_dim, sizeof(float));
-        for (int64_t t = 0; t < len; t++) {
-            const float *k = kh + (table[t / block_size] * block_size + t % block_size) * head_dim;
+        /* keys block by block: within a block they are contiguous, and 8 keys' dot products run side by
+           side (independent sums the CPU overlaps) */
+        for (int64_t t0 = 0; t0 < len; t0 += block_size) {
+            const float *kb = kh + table[t0 / block_size] * block_size * head_dim;
+            const int64_t n = len - t0 < block_size ? len - t0 : block_size;
             for (int64_t g = 0; g < group; g++) {
                 const float *qv = q + (b * num_heads + kvh * group + g) * head_dim;
-                scores[g * len + t] = dot(qv, k, (int)head_dim) * scale;
+                float *s = scores + g * len + t0;
+                int64_t j = 0;
+                for (; j + KEYS <= n; j += KEYS) dot_keys(qv, kb + j * head_dim, head_dim, s + j, scale);
+                for (; j < n; j++) s[j] = dot(qv, kb + j * head_dim, (int)head_dim) * scale;
             }
         }
         for (int64_t g = 0; g < group; g++) {
