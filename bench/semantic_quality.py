@@ -4,10 +4,12 @@ Every pair goes through the gateway's lookup path (near-repeat normalisation, al
 verifier) via `gateway.cache.calibrate`. Thresholds and word lists are chosen on `split="tune"` only; the
 `holdout` rows are the out-of-sample figures. The set (`tests/data/semantic_eval.jsonl`) was written in-house.
 
-    taskset -c 1 python bench/semantic_quality.py [--max-wrong 0.015] [--misses tune]
+    taskset -c 1 python bench/semantic_quality.py [--max-wrong 0.015] [--misses tune|pairs]
+        [--pairs tests/data/verifier_dev.jsonl] [--holdout]
 
-`--misses tune` also lists the tune pairs decided wrongly at the chosen threshold (never use it on holdout
-while tuning).
+`--misses tune` also lists the tune pairs decided wrongly at the chosen threshold, `--misses pairs` those of
+the `--pairs` files (pairs we wrote ourselves). There is no way to list holdout pairs, and without
+`--holdout` the holdout half is not scored at all.
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ an answer, and the pair passes only if both carry the same facts:
   (a landlord evicts a tenant / a tenant evicts a landlord, 房东起诉租客 / 租客起诉房东); "and", "or", "vs",
   和/与 and a phrase moved to the front are wording;
 - named things of one class (programming languages, platforms, apps, payment methods, currencies, drugs,
-  countries, cities; any case, EN and ZH spellings as one thing) swapped for another, or reversed around a
-  direction word, however the rest was reworded ("read a file in python" / "... in java", 北京 / 上海);
+  countries, cities, and common nouns users put one for another: animals, foods, drinks, organs, languages,
+  dynasties, sports; any case, EN and ZH spellings as one thing) swapped for another, or reversed around a
+  direction word, however the rest was reworded ("read a file in python" / "... in java", 北京 / 上海,
+  咖啡 / 茶); arrows read "to" and a slash between two words "per" ("USD/EUR" / "EUR/USD");
 - a content word swapped for another in otherwise equal texts (EN and ZH).
 
 Before comparing, a word of one text that is one typo away from a word of the other ("warrenty"/"warranty")
