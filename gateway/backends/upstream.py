@@ -116,8 +116,9 @@ class HTTPUpstream:
         host = f"[{self._host}]" if ":" in self._host else self._host
         if parts.port is not None and parts.port != (443 if self._tls else 80):
             host = f"{host}:{parts.port}"
+        # Values stripped: outer whitespace means nothing in HTTP, and a key read from a file often ends in "\n".
         all_headers = {"Host": host, "User-Agent": USER_AGENT, "Accept": "*/*", "Accept-Encoding": "identity",
-                       "Content-Type": "application/json", **headers}
+                       "Content-Type": "application/json", **{k: str(v).strip() for k, v in headers.items()}}
         for key, value in all_headers.items():
             if any(c in f"{key}{value}" for c in "\r\n\0") or not key or ":" in key:
                 raise ValueError(f"backend {name}: header {key!r} has a name or value HTTP cannot carry")
