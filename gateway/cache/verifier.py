@@ -134,14 +134,15 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if voice == "swapped":
         return "order"
     if voice is None and (_swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _wh_moved(a.order, b.order)
-                          or _named_reversed(a.named_roles, b.named_roles)):
+                          or _named_reversed(a.named_roles, b.named_roles) or _persons_crossed(a.order, b.order)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
         if edit:
             return edit
     if a.cjk_core and b.cjk_core:
-        if _cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core):
+        if (_cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core)
+                or _cjk_party_exchanged(a.cjk_plain, b.cjk_plain)):
             return "order"
         if close:
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -534,6 +535,93 @@ def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, 
             p, q = ta[i], tb[j]
             if p != q and p in shared and q in shared:
                 return True
+        for s, t, ps, pt in ((ta, tb, pos_a, pos_b), (tb, ta, pos_b, pos_a)):
+            # the owner of X's Y now owns Y itself, X named apart: "my husband's parents want to visit" /
+            # "my parents want to visit my husband"
+            k = ps[x]
+            if not k or k + 1 >= len(s) or s[k - 1] not in _OWNERS or s[k + 1] not in pt:
+                continue
+            y, owner = s[k + 1], s[k - 1]
+            if pt[y] and t[pt[y] - 1] == owner and t[pt[x] + 1:pt[x] + 2] != (y,):
+                return True
+    return False
+
+
+_OWNERS = frozenset({"my", "your", "our", "his", "her", "their"})
+_FREE_PERSONS = frozenset({"i", "you", "we"})  # in the order form: "me" is "i", "us" is "we"
+_ROLE_REACH = 3  # order tokens from the verb to a party or pronoun it governs ("your boss to call you")
+
+
+def _persons_crossed(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """A party ("my employer", "your boss") and the speaker or listener on opposite sides of the same verb
+    in the two texts: "Can I sue my employer for not paying me?" / "Can my employer sue me for not paying?",
+    "Is it rude to call your boss?" / "Is it rude for your boss to call you?". The party crosses the verb one
+    way and a free pronoun (I/me, you, we/us) stands on its old side in the other text, alone on that side
+    (a pronoun on both sides of the verb in the party's agent text is a clause of its own: "Can my boss
+    fire me if I call in sick?" / "If I call in sick, can my boss fire me?"); where the first text has no
+    free pronoun, the party it names must be the pronoun's own ("your boss")."""
+    count_a, count_b = Counter(sa), Counter(sb)
+    shared = [w for w in count_a if count_a[w] == 1 and count_b[w] == 1 and w.isalpha()
+              and w not in _FUNCTION and w not in _PERSONS and w not in _OWNERS and w not in lx.EN_DIRECTIONAL]
+    parties = [w for w in shared if _owned(sa, w) or _owned(sb, w)]
+    if not parties:
+        return False
+    for verb in shared:
+        if (verb in lx.EN_COMMON_WORDS and verb not in lx.EN_ACTIONS) or _owned(sa, verb) or _owned(sb, verb):
+            continue  # "my deposit" is no verb
+        va, vb = sa.index(verb), sb.index(verb)
+        for x in parties:
+            if x == verb or (sa.index(x) < va) == (sb.index(x) < vb):
+                continue
+            patient, agent = (sa, sb) if sa.index(x) > va else (sb, sa)
+            vp, vg = patient.index(verb), agent.index(verb)
+            if vg - agent.index(x) > _ROLE_REACH or patient.index(x) - vp > _ROLE_REACH:
+                continue  # the party is not next to this verb: a word of another clause
+            for p in _FREE_PERSONS:
+                found = [i for i, w in enumerate(agent) if w == p]
+                if not found or any(i < vg for i in found) or found[0] - vg > _ROLE_REACH:
+                    continue  # the party's agent text must have the pronoun right after the verb only
+                if any(0 < vp - i <= _ROLE_REACH for i, w in enumerate(patient) if w == p):
+                    return True
+                if p not in patient and _owned(patient, x) == _owner_of(p):
+                    return True
+    return False
+
+
+def _owned(seq: tuple[str, ...], word: str) -> str | None:
+    i = seq.index(word)
+    return seq[i - 1] if i and seq[i - 1] in _OWNERS else None
+
+
+def _owner_of(person: str) -> str:
+    return {"i": "my", "you": "your", "we": "our"}[person]
+
+
+_ZH_PERSONS = "我你他她"
+
+
+def _cjk_party_exchanged(a: str, b: str) -> bool:
+    """A party written with a pronoun (我妈, 我老板, 我的老板) and the bare pronoun exchanged around a relation
+    or verb, the rest the same: 我妈不让我养猫 / 我不让我妈养猫, 我老板把我开除了 / 我把我老板开除了.
+    The common start and end that _cjk_reordered cuts off would eat the pronoun of the party."""
+    if a == b or len(a) != len(b):
+        return False
+    for p in _ZH_PERSONS:
+        if a.count(p) != 2 or b.count(p) != 2:
+            continue
+        for k in (a.index(p), a.rindex(p)):
+            for n in (1, 2, 3):
+                party = a[k:k + 1 + n]
+                if len(party) < 1 + n or p in party[1:] or not all(_CJK.match(c) for c in party):
+                    continue
+                if a.count(party) != 1 or b.count(party) != 1:
+                    continue
+                ra, rb = a.replace(party, "\0"), b.replace(party, "\0")
+                if ra == rb or rb != ra.translate({ord(p): "\0", 0: p}):
+                    continue
+                i, j = sorted((ra.index(p), ra.index("\0")))
+                if _cjk_relation(ra[i + 1:j]):
+                    return True
     return False
 
 
