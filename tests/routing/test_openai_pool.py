@@ -152,15 +152,28 @@ async def test_a_dead_replica_is_routed_around_and_a_restarted_one_learnt_again(
         await run_conversations(chat, **{**WORKLOAD, "users": 8, "turns": 3})
         assert fleet.fakes[1].requests > 0  # it takes traffic again
 
-        # r2 restarts between two health checks: its view promises hits the server no longer has
+        # r2 restarts between two health checks: its view promises hits the server no longer has. New users of
+        # the same system prompts, twice, one request at a time (the fake looks a prompt up on arrival, so with
+        # requests in parallel one still being prefilled is missed by the next: timing, not the view, decides).
         fleet.fakes[2].clear()
-        marks = [_cached_tokens(pool, "r2")]
-        for _ in range(2):  # new users of the same system prompts, twice
-            await run_conversations(chat, **{**WORKLOAD, "users": 12, "turns": 1})
-            marks.append(_cached_tokens(pool, "r2"))
-        (p0, r0), (p1, r1), (p2, r2) = marks
-        assert p1 - p0 > 0 and r1 - r0 < 0.5 * (p1 - p0)  # first: predicted hits that did not come
-        assert p2 - p1 > 0 and r2 - r1 >= 0.8 * (p2 - p1)  # then: the view learnt and its predictions hold again
+        steps: list[tuple[float, float]] = []  # r2's (predicted, reported) growth per request
+
+        async def chat_and_mark(messages: list[dict]) -> tuple[str, dict, str]:
+            before = _cached_tokens(pool, "r2")
+            out = await chat(messages)
+            after = _cached_tokens(pool, "r2")
+            steps.append((after[0] - before[0], after[1] - before[1]))
+            return out
+
+        # A stale prompt is learnt when it is next routed to r2, which may take more than one round when another
+        # replica holds it too: the last of three rounds is where every prediction should hold.
+        for _ in range(3):
+            await run_conversations(chat_and_mark, **{**WORKLOAD, "users": 12, "turns": 1, "concurrency": 1})
+        predicted, reported = next((p, r) for p, r in steps[:12] if p > 0)
+        assert reported < 0.5 * predicted  # r2's first predicted hit after the restart did not come
+        predicted = sum(p for p, _ in steps[24:])
+        reported = sum(r for _, r in steps[24:])
+        assert predicted > 0 and reported >= 0.8 * predicted  # the view learnt: its predictions hold again
     finally:
         await client.close()
 
