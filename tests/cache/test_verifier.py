@@ -66,6 +66,12 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("USD/EUR rate today", "EUR/USD rate today", "order"),
     ("从香港寄快递到上海要几天？", "上海寄快递去香港要几天？", "order"),
     ("阿里巴巴收购了饿了么吗？", "饿了么收购了阿里巴巴吗？", "order"),  # long terms around a verb
+    # a party and I/you on opposite sides of one verb; an owner moved; 我妈 and 我 exchanged
+    ("Should I text my ex after the breakup?", "Should my ex text me after the breakup?", "order"),
+    ("Is it okay to ignore your manager's emails?", "Is it okay for your manager to ignore your emails?", "order"),
+    ("My wife's friends keep criticizing me", "My friends keep criticizing my wife", "order"),
+    ("我朋友借了我五百块不还", "我借了我朋友五百块不还", "order"),
+    ("他女朋友经常骂他怎么办", "他经常骂他女朋友怎么办", "order"),
     # common nouns of one kind put one for another in reworded questions (tests/data/verifier_dev.jsonl)
     ("Can dogs eat grapes?", "Are grapes safe for cats?", "entity"),
     ("Is drinking beer bad for your liver?", "does wine damage the liver?", "entity"),
@@ -102,6 +108,16 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("What is the exchange rate from USD to EUR?", "USD -> EUR exchange rate"),  # an arrow is "to"
     ("Can dogs eat cooked chicken bones?", "Are cooked chicken bones dangerous for dogs?"),  # the same kinds
     ("孕妇能喝奶茶吗？", "怀孕了可以喝奶茶吗"),
+    # pronouns and parties that keep their roles (the role-exchange checks leave these alone)
+    ("How do I reset my password?", "Can you help me reset my password?"),
+    ("我怎么退款", "怎么给我退款"),
+    ("Can my boss fire me if I call in sick?", "If I call in sick, can my boss fire me?"),
+    ("My employer didn't pay me, can I sue?", "Can I sue my employer for not paying me?"),
+    ("My boss yelled at me, what should I do?", "What should I do if my boss yells at me?"),
+    ("My husband's parents are visiting next week, any tips?", "Tips for hosting my husband's parents next week"),
+    ("老板把我开除了，我该怎么办", "我被老板开除了怎么办"),
+    ("How do I get my security deposit back from my landlord?",
+     "Moved out two months ago and my landlord is still holding the deposit. How do I get it back?"),
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
