@@ -67,8 +67,7 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("从香港寄快递到上海要几天？", "上海寄快递去香港要几天？", "order"),
     ("阿里巴巴收购了饿了么吗？", "饿了么收购了阿里巴巴吗？", "order"),  # long terms around a verb
     # a party and I/you on opposite sides of one verb; an owner moved; 我妈 and 我 exchanged
-    ("Should I text my ex after the breakup?", "Should my ex text me after the breakup?", "order"),
-    ("Is it okay to ignore your manager's emails?", "Is it okay for your manager to ignore your emails?", "order"),
+    ("我老公不让我出去工作", "我不让我老公出去工作", "order"),
     ("My wife's friends keep criticizing me", "My friends keep criticizing my wife", "order"),
     ("我朋友借了我五百块不还", "我借了我朋友五百块不还", "order"),
     ("他女朋友经常骂他怎么办", "他经常骂他女朋友怎么办", "order"),
