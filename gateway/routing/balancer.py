@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeVar
 
 from gateway.backends.admission import for_tenant
@@ -173,7 +173,7 @@ class Router:
         return result, name
 
     def open_stream(
-        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]], *,
+        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncGenerator[dict, None]], *,
         endpoint: Endpoint = CHAT, body: dict | None = None, tenant: str | None = None,
     ) -> StreamLease:
         """A lease on a stream, opened by the route's plan when entered (`async with`): retries and fallbacks
@@ -182,19 +182,21 @@ class Router:
         return StreamLease(self.inflight, lambda: self._open(route, pool, op, endpoint, body, tenant))
 
     async def _open(
-        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncIterator[dict]], endpoint: Endpoint,
-        body: dict | None, tenant: str | None,
-    ) -> tuple[dict, AsyncIterator[dict], str]:
-        """(first chunk, the rest, backend name), the backend's in-flight slot held; nothing held on failure."""
+        self, route: Route, pool: BackendPool, op: Callable[[Backend], AsyncGenerator[dict, None]],
+        endpoint: Endpoint, body: dict | None, tenant: str | None,
+    ) -> tuple[dict, AsyncGenerator[dict, None], AsyncGenerator[dict, None], str]:
+        """(first chunk, the rest, the backend's own stream, backend name), the backend's in-flight slot held;
+        nothing held on failure. The rest is the backend's stream itself, or on prefix-aware pools a wrapper
+        that learns from its usage."""
 
-        async def attempt(name: str, backend: Backend) -> tuple[dict, AsyncIterator[dict]]:
+        async def attempt(name: str, backend: Backend) -> tuple[dict, AsyncGenerator[dict, None]]:
             stream = op(backend)
             self.inflight.enter(name)
             try:
                 return await anext(stream), stream
             except BaseException as e:
                 self.inflight.leave(name)
-                await stream.aclose()  # type: ignore[attr-defined]
+                await stream.aclose()
                 if isinstance(e, StopAsyncIteration):
                     self.metrics.upstream_errors.labels(name, "protocol").inc()
                     raise BackendError("protocol", f"backend {name} sent an empty stream", 502,
@@ -203,8 +205,8 @@ class Router:
 
         (first, stream), name, prefix = await self._by_plan(route, pool, endpoint, body, tenant, attempt)
         if prefix is not None and prefix[1] is not None:
-            return first, _learn_from_usage(prefix[0], prefix[1], name, first, stream), name
-        return first, stream, name
+            return first, _learn_from_usage(prefix[0], prefix[1], name, first, stream), stream, name
+        return first, stream, stream, name
 
     async def _by_plan(
         self, route: Route, pool: BackendPool, endpoint: Endpoint, body: dict | None, tenant: str | None,
@@ -250,23 +252,29 @@ class StreamLease:
     block, or a client gone (a cancelled task). Entering raises the plan's last BackendError if no backend
     opened a stream; nothing is held then."""
 
-    __slots__ = ("_inflight", "_opener", "first", "chunks", "backend")
+    __slots__ = ("_inflight", "_opener", "_stream", "first", "chunks", "backend")
 
-    def __init__(self, inflight: InflightCounter,
-                 opener: Callable[[], Awaitable[tuple[dict, AsyncIterator[dict], str]]]) -> None:
+    def __init__(
+        self, inflight: InflightCounter,
+        opener: Callable[[], Awaitable[tuple[dict, AsyncGenerator[dict, None], AsyncGenerator[dict, None], str]]],
+    ) -> None:
         self._inflight = inflight
         self._opener = opener
+        self._stream: AsyncGenerator[dict, None]  # the backend's own stream, under any wrapper in `chunks`
         self.first: dict
-        self.chunks: AsyncIterator[dict]
+        self.chunks: AsyncGenerator[dict, None]
         self.backend: str
 
     async def __aenter__(self) -> StreamLease:
-        self.first, self.chunks, self.backend = await self._opener()
+        self.first, self.chunks, self._stream, self.backend = await self._opener()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         try:
-            await self.chunks.aclose()  # type: ignore[attr-defined]
+            await self.chunks.aclose()
+            # A wrapper never iterated (the client left before its headers went out) closes without running
+            # its body, so its `finally` never closes the stream it wraps; closing a closed stream is a no-op.
+            await self._stream.aclose()
         finally:  # even when a second cancellation interrupts the close
             self._inflight.leave(self.backend)
 
@@ -280,8 +288,8 @@ def _pool_key(route: Route) -> tuple:
 
 
 async def _learn_from_usage(
-    router: PoolRouter, ticket: RouteTicket, name: str, first: dict, stream: AsyncIterator[dict]
-) -> AsyncIterator[dict]:
+    router: PoolRouter, ticket: RouteTicket, name: str, first: dict, stream: AsyncGenerator[dict, None]
+) -> AsyncGenerator[dict, None]:
     """The stream as it comes; its usage (the last chunk's) corrects the prefix view once it has ended."""
     usage = first.get("usage")
     try:
@@ -290,5 +298,5 @@ async def _learn_from_usage(
                 usage = chunk["usage"]
             yield chunk
     finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
     router.answered(ticket, name, usage)

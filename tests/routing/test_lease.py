@@ -25,6 +25,13 @@ def policy_text(url: str) -> str:
             "routes: [{match: {model: m}, backends: [up]}]\n")
 
 
+def pool_policy_text(url: str) -> str:
+    """A prefix-aware pool of two servers (both the one fake), whose streams the router wraps to learn usage."""
+    server = f"{{type: openai, base_url: '{url}/v1', api_key: k}}"
+    return (f"backends: {{a: {server}, b: {server}}}\n"
+            "routes: [{match: {model: m}, backends: [a, b], routing: {strategy: prefix_aware}}]\n")
+
+
 @pytest.fixture
 async def routed(fake_openai):
     fake, up = fake_openai
@@ -84,3 +91,29 @@ def test_a_client_gone_mid_stream_releases_the_slot(fake_openai, serve_gateway) 
         assert srv.app[GATEWAY].router.inflight.counts["up"] == 1
     assert fake.disconnected.wait(5), "the upstream never saw the client go away"
     assert until(lambda: srv.app[GATEWAY].router.inflight.counts["up"] == 0, 5.0, 0.01)
+
+
+async def test_a_prefix_pool_stream_left_unread_closes_the_upstream_at_once(fake_openai) -> None:
+    # The client left before the headers went out: the block is left before anyone iterates the chunks.
+    fake, up = fake_openai
+    fake.reply = " ".join(f"w{i}" for i in range(100))
+    fake.delay_per_chunk = 0.02
+    policy = parse_policy(pool_policy_text(up.url), "lease.yaml")
+    metrics = Metrics()
+    pool, _ = await Backends.build(policy, metrics)
+    router = Router(metrics)
+    opened: list = []  # held here, so no garbage collection closes the backend's stream for the lease
+
+    def op(backend):  # noqa: ANN001, ANN202 (test helper)
+        opened.append(backend.chat_stream(BODY, Timeouts()))
+        return opened[-1]
+
+    try:
+        async with router.open_stream(policy.routes[0], pool, op, endpoint=CHAT, body=BODY) as lease:
+            assert lease.chunks is not opened[-1], "a prefix-aware pool wraps the stream to learn its usage"
+        assert opened[-1].ag_frame is None, "the backend's stream was left open behind its unstarted wrapper"
+        assert router.inflight.counts[lease.backend] == 0
+        assert await asyncio.to_thread(fake.disconnected.wait, 5), "the upstream stream was left open"
+    finally:
+        await router.close()
+        await pool.close()
