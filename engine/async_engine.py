@@ -340,8 +340,10 @@ class AsyncEngine:
                 return False
             if isinstance(command, AddCommand):
                 self._handle_add(command)
-            else:
+            elif isinstance(command, AbortCommand):
                 self._handle_abort(command)
+            else:
+                raise AssertionError(f"unknown engine command {command!r}")
         return True
 
     def _handle_add(self, c: AddCommand) -> None:

@@ -164,7 +164,7 @@ class CacheStage:
             overflow = last_message_chars(ctx.body) > MAX_CHARS
             if not overflow:
                 query = semantic_query(tenant, ctx.route.index, ctx.route.model, config.version, ctx.body)
-        pending = ctx.cache_lookup = CacheLookup(config, ns, digest, query, overflow)
+        lookup = ctx.cache_lookup = CacheLookup(config, ns, digest, query, overflow)
         if ctx.cache_control.no_cache:
             ctx.response_headers["X-Cache"] = "BYPASS"
             self._count("exact" if digest else "semantic", "bypass")
@@ -176,39 +176,39 @@ class CacheStage:
             if hit is not None:
                 ctx.response_headers["X-Cache"] = "HIT-EXACT"
                 if query is not None:
-                    self._backfill(ctx, pending, hit)
+                    self._backfill(ctx, lookup, hit)
                 return self._replay(ctx, hit.completion)
         if overflow:
             self._count("semantic", "overflow")
         elif query is not None and config.semantic is not None:
             self.semantic.start()
-            hit_completion = await self._semantic_lookup(ctx, pending, query, threshold, floor, max_age)
+            hit_completion = await self._semantic_lookup(ctx, lookup, query, threshold, floor, max_age)
             if hit_completion is not None:
                 return self._replay(ctx, hit_completion)
         return None
 
     async def after(self, ctx: RequestContext, completion: dict) -> None:
-        pending = ctx.cache_lookup
-        if pending is None or ctx.cache_control.no_store:
+        lookup = ctx.cache_lookup
+        if lookup is None or ctx.cache_control.no_store:
             return
         try:
             if not storable(completion):
                 self._stores.labels("any", "not_storable").inc()
                 return
-            config = pending.config
+            config = lookup.config
             tenant = ctx.tenant.name
-            if pending.digest is not None and config.exact is not None and _allowed(config.exact.store, ctx):
+            if lookup.digest is not None and config.exact is not None and _allowed(config.exact.store, ctx):
                 try:
-                    await self.exact.put(tenant, ctx.model, pending.ns, pending.digest, completion, config.exact.ttl)
+                    await self.exact.put(tenant, ctx.model, lookup.ns, lookup.digest, completion, config.exact.ttl)
                     self._stores.labels("exact", "stored").inc()
                 except RedisUnavailable:
                     self._stores.labels("exact", "error").inc()
             semantic = config.semantic
-            if pending.overflow and semantic is not None:
+            if lookup.overflow and semantic is not None:
                 self._stores.labels("semantic", "overflow").inc()
-            elif pending.query is not None and semantic is not None and _allowed(semantic.store, ctx):
+            elif lookup.query is not None and semantic is not None and _allowed(semantic.store, ctx):
                 # Embedding takes milliseconds: store in the background so the response is not held up.
-                self.semantic.spawn(self._semantic_store(tenant, ctx.model, pending, completion))
+                self.semantic.spawn(self._semantic_store(tenant, ctx.model, lookup, completion))
         except Exception:  # after() must never fail a request that already succeeded
             log.exception("cache store failed")
 
@@ -288,15 +288,15 @@ class CacheStage:
         self._observe("exact", "hit", t0)
         return stored
 
-    async def _semantic_lookup(self, ctx: RequestContext, pending: CacheLookup, query: SemanticQuery,
+    async def _semantic_lookup(self, ctx: RequestContext, lookup: CacheLookup, query: SemanticQuery,
                                threshold: float, floor: float, max_age: float | None) -> dict | None:
-        semantic = pending.config.semantic
+        semantic = lookup.config.semantic
         assert semantic is not None
         judge = self._judge(semantic.judge, semantic.ttl) if semantic.judge is not None else None
         t0 = time.perf_counter()
         try:
             outcome = await self.semantic.lookup(
-                pending.ns, query, threshold, semantic.verify, max_age, deadline_s=semantic.lookup_timeout_ms / 1000,
+                lookup.ns, query, threshold, semantic.verify, max_age, deadline_s=semantic.lookup_timeout_ms / 1000,
                 judge=judge, judge_threshold=max(semantic.judge.threshold, floor) if semantic.judge else None)
         except RedisUnavailable:
             self._observe("semantic", "error", t0)
@@ -305,8 +305,8 @@ class CacheStage:
             log.exception("semantic lookup failed")
             self._observe("semantic", "error", t0)
             return None
-        pending.vector = outcome.vector
-        pending.overflow = outcome.result == "overflow"
+        lookup.vector = outcome.vector
+        lookup.overflow = outcome.result == "overflow"
         if outcome.reason and outcome.reason != "judge":
             self._rejections.labels(outcome.reason).inc()
         self._observe("semantic", outcome.result, t0)
@@ -328,8 +328,8 @@ class CacheStage:
                 metrics=self._judge_metrics, verdicts=self._verdicts, verdict_ttl_s=ttl_s)
         return judge
 
-    async def _semantic_store(self, tenant: str, model: str, pending: CacheLookup, completion: dict) -> None:
-        assert pending.query is not None and pending.config.semantic is not None
+    async def _semantic_store(self, tenant: str, model: str, lookup: CacheLookup, completion: dict) -> None:
+        assert lookup.query is not None and lookup.config.semantic is not None
         queued = not self.worker.ready
         if queued:
             if self._backlog >= MAX_BACKLOG:
@@ -347,8 +347,8 @@ class CacheStage:
                     self._stores.labels("semantic", "unavailable").inc()
                     return
             self.semantic.start()
-            result = await self.semantic.store(tenant, model, pending.ns, pending.query, completion,
-                                               pending.config.semantic, pending.vector)
+            result = await self.semantic.store(tenant, model, lookup.ns, lookup.query, completion,
+                                               lookup.config.semantic, lookup.vector)
             self._stores.labels("semantic", result).inc()
         except Exception as e:  # a store must never fail anything: count it (and log what is not Redis)
             self._stores.labels("semantic", "error").inc()
@@ -358,10 +358,10 @@ class CacheStage:
             if queued:
                 self._backlog -= 1
 
-    def _backfill(self, ctx: RequestContext, pending: CacheLookup, stored: Stored) -> None:
+    def _backfill(self, ctx: RequestContext, lookup: CacheLookup, stored: Stored) -> None:
         """An exact hit whose semantic entry is missing (stored while L2 was off or loading, or the L2 data was
         lost): write the entry from the exact one, in the background."""
-        semantic, query = pending.config.semantic, pending.query
+        semantic, query = lookup.config.semantic, lookup.query
         if semantic is None or query is None or ctx.cache_control.no_store or not _allowed(semantic.store, ctx):
             return
         if not self.worker.ready or not self.semantic.synced.is_set():
@@ -370,15 +370,15 @@ class CacheStage:
         if eid in self.worker.indexes or eid in self._backfilling or eid in self._unembeddable:
             return
         self._backfilling.add(eid)
-        self.semantic.spawn(self._backfill_entry(ctx.tenant.name, ctx.model, pending, stored, eid))
+        self.semantic.spawn(self._backfill_entry(ctx.tenant.name, ctx.model, lookup, stored, eid))
 
-    async def _backfill_entry(self, tenant: str, model: str, pending: CacheLookup, stored: Stored, eid: str) -> None:
-        assert pending.query is not None and pending.config.semantic is not None
+    async def _backfill_entry(self, tenant: str, model: str, lookup: CacheLookup, stored: Stored, eid: str) -> None:
+        assert lookup.query is not None and lookup.config.semantic is not None
         try:
-            if await self.semantic.has_entry(pending.ns, eid):
+            if await self.semantic.has_entry(lookup.ns, eid):
                 return  # stored by another process; its event has not reached this one yet
-            result = await self.semantic.store(tenant, model, pending.ns, pending.query, stored.completion,
-                                               pending.config.semantic, None, stored_at=stored.stored_at)
+            result = await self.semantic.store(tenant, model, lookup.ns, lookup.query, stored.completion,
+                                               lookup.config.semantic, None, stored_at=stored.stored_at)
             self._stores.labels("semantic", "backfilled" if result == "stored" else result).inc()
             if result == "overflow":
                 self._unembeddable[eid] = None
