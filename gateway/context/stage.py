@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.backends.anthropic_format import default_max_tokens as anthropic_default_max_tokens
@@ -74,8 +74,8 @@ class ContextStage:
         documents = parse_documents(body.get("documents"))
         target = self._target(ctx)
         counter = await self._counter(target)
-        # No window known (neither policy nor table): None, and assembly takes no destructive step.
-        window = config.budget.context_window or (target.info.window if target.info else None)
+        # No window known (neither policy nor table, for any backend): None, and assembly takes no destructive step.
+        window = config.budget.context_window or target.window
         reserved, asked_key = reserve_output(body, config, target, window)
         tools = body.get("tools")
         if isinstance(tools, list) and tools and config.ordering.enabled and config.ordering.sort_tools:
@@ -129,20 +129,27 @@ class ContextStage:
     # ---- helpers -------------------------------------------------------------------------------------------
 
     def _target(self, ctx: RequestContext) -> Target:
-        """The backend to assemble for. A weighted, least-loaded or prefix-aware route may send the request to
-        any of its backends, and the choice comes after this stage: so the one with the smallest known window
-        (its tokenizer, its output limits), which every other one can take too; the first on a tie, or when
-        no window is known. Fallbacks are not counted: they answer only when the route's backends fail."""
+        """The backend to assemble for, with limits every backend of the route can take. A weighted,
+        least-loaded or prefix-aware route may send the request to any of its backends, and the choice comes
+        after this stage. The tokenizer is that of the backend with the smallest known window (the first on a
+        tie, or when none is known). The window is the smallest of them, or unknown when any backend's is
+        unknown (an unknown one may be smaller: no destructive step then); the output cap is the smallest
+        known one; and `max_completion_tokens` is the key when any backend is an OpenAI reasoning model.
+        Fallbacks are not counted: they answer only when the route's backends fail."""
         backends = ctx.policy.backends
         names = [b.name for b in ctx.route.backends] + list(ctx.route.fallbacks)
         anthropic_only = all(n in backends and backends[n].type == "anthropic" for n in names)
-        candidates = [backends[b.name] for b in ctx.route.backends if b.name in backends] or \
-            [backends[n] for n in names[:1] if n in backends]
-        if not candidates:
-            return Target("openai", ctx.model, False, models.lookup(ctx.model))
-        targets = [_target_of(c, ctx.model, anthropic_only) for c in candidates]
-        known = [(t.info.window, i) for i, t in enumerate(targets) if t.info is not None and t.info.window]
-        return targets[min(known)[1]] if known else targets[0]
+        # The policy loader keeps no route without backends, nor one that names an undefined backend.
+        assert ctx.route.backends and all(b.name in backends for b in ctx.route.backends), ctx.route.backends
+        targets = [_target_of(backends[b.name], ctx.model, anthropic_only) for b in ctx.route.backends]
+        known = [(t.window, i) for i, t in enumerate(targets) if t.window is not None]
+        caps = [t.max_output for t in targets if t.max_output is not None]
+        return replace(
+            targets[min(known)[1]] if known else targets[0],
+            window=min(known)[0] if len(known) == len(targets) else None,
+            max_output=min(caps, default=None),
+            reasoning=any(t.reasoning for t in targets),
+        )
 
     async def _counter(self, target: Target) -> TokenCounter:
         if target.kind == "engine":
@@ -214,20 +221,33 @@ class ContextStage:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where the route sends the request first, which decides how tokens are counted."""
+    """The backend the request is assembled for (its tokenizer, prices, defaults) and, from `_target`, the
+    limits of all the backends the route may send it to."""
 
     kind: str  # backend type: openai | anthropic | engine
     model: str  # the model name the backend sees
     anthropic_only: bool  # every backend and fallback of the route is Anthropic
     info: models.ModelInfo | None
     default_max_tokens: int | None = None  # the backend's own output limit when the client sends none
+    window: int | None = None  # context window in tokens; None: not known
+    max_output: int | None = None  # cap on output tokens; None: not known
+    reasoning: bool = False  # an OpenAI reasoning model, which takes max_completion_tokens, not max_tokens
 
 
 def _target_of(backend: BackendConfig, requested: str, anthropic_only: bool) -> Target:
     # An engine serves its configured model whatever the request calls it; upstreams may rename it.
     model = backend.model or (ENGINE_DEFAULT_MODEL if backend.type == "engine" else requested)
     default_max = anthropic_default_max_tokens(backend.options) if backend.type == "anthropic" else None
-    return Target(backend.type, model, anthropic_only, models.lookup(model), default_max)
+    info = models.lookup(model)
+    windows = [info.window] if info is not None and info.window else []
+    if backend.type == "engine" and backend.options.get("max_model_len"):
+        windows.append(backend.options["max_model_len"])  # the engine refuses a longer prompt plus output
+    return Target(
+        backend.type, model, anthropic_only, info, default_max,
+        window=min(windows, default=None),
+        max_output=info.max_output if info is not None and info.max_output else None,
+        reasoning=backend.type == "openai" and model.startswith(REASONING_FAMILIES),
+    )
 
 
 async def _run(large: bool, fn: Any, *args: Any) -> Any:
@@ -247,8 +267,7 @@ def _set_output_limit(out: dict, body: dict, asked_key: str | None, reserved: in
             out["max_tokens"] = reserved
         return
     if asked_key is None:
-        reasoning = target.kind == "openai" and target.model.startswith(REASONING_FAMILIES)
-        out["max_completion_tokens" if reasoning else "max_tokens"] = reserved
+        out["max_completion_tokens" if target.reasoning else "max_tokens"] = reserved
     elif body[asked_key] > reserved:
         out[asked_key] = reserved
 
@@ -261,9 +280,8 @@ def reserve_output(
     Without a client limit: the route's `budget.max_output_tokens`, else the backend's own default (Anthropic's
     `default_max_tokens`: the limit it would send anyway), else the strategy's share of the window; None when
     none of these exists (window unknown), so nothing is reserved and nothing is set."""
-    info = target.info
     asked_key = next((k for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None), None)
-    caps = [c for c in (config.budget.max_output_tokens, info.max_output if info else None) if c]
+    caps = [c for c in (config.budget.max_output_tokens, target.max_output) if c]
     if asked_key is not None:
         asked = body[asked_key]
         if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:

@@ -336,3 +336,42 @@ routes:
     forwarded = fake.last.body["messages"]
     assert tiktoken_counter("cl100k_base").count_prompt(forwarded) == int(report["total"]) <= 8192 - 1000
     assert len(forwarded) < len(conversation) and forwarded[-1] == conversation[-1]
+
+
+def mixed_policy(url: str, models: list[str], section: str) -> str:
+    """One route, model `mixed`, over one OpenAI-compatible backend per model (all the one fake)."""
+    names = [f"b{i}" for i in range(len(models))]
+    backends = "".join(f'  {n}: {{type: openai, base_url: "{url}/v1", api_key: k, model: "{m}"}}\n'
+                       for n, m in zip(names, models, strict=True))
+    return f"backends:\n{backends}routes:\n  - match: {{model: mixed}}\n    backends: [{', '.join(names)}]\n{section}\n"
+
+
+def test_a_backend_of_unknown_window_leaves_the_window_unknown(fake_openai, serve_gateway) -> None:
+    """A vLLM model the table does not know (its window may be 8k) beside gpt-4o-mini (128k): not budgeted for
+    128k, and no output limit taken from it (16,384 tokens would be a 400 on an 8k server)."""
+    fake, up = fake_openai
+    srv = serve_gateway(mixed_policy(up.url, ["meta-llama/Llama-3.1-8B-Instruct", "gpt-4o-mini"],
+                                     "    budget: {strategy: balanced}"))
+    conversation = history(3) + [{"role": "user", "content": "Summing up?"}]
+    raw = client(srv).chat.completions.with_raw_response.create(model="mixed", messages=conversation)
+    assert budget(raw.headers)["window"] == "unknown"
+    assert fake.last.body["messages"] == conversation
+    assert "max_tokens" not in fake.last.body and "max_completion_tokens" not in fake.last.body
+
+
+def test_the_output_cap_is_the_smallest_of_the_routes_backends(fake_openai, serve_gateway) -> None:
+    """gpt-4 (8,192 window and output) is assembled for, but gpt-4-turbo may answer: it takes 4,096 at most."""
+    fake, up = fake_openai
+    srv = serve_gateway(mixed_policy(up.url, ["gpt-4", "gpt-4-turbo"], "    budget: {strategy: balanced}"))
+    raw = client(srv).chat.completions.with_raw_response.create(
+        model="mixed", messages=[{"role": "user", "content": "Write a long story."}], max_tokens=6000)
+    assert budget(raw.headers)["window"] == "8192"
+    assert fake.last.body["max_tokens"] == 4096
+
+
+def test_a_reasoning_model_in_the_route_gets_max_completion_tokens(fake_openai, serve_gateway) -> None:
+    """o3 refuses `max_tokens`; gpt-4o (the smaller window, assembled for) takes `max_completion_tokens` too."""
+    fake, up = fake_openai
+    srv = serve_gateway(mixed_policy(up.url, ["gpt-4o", "o3"], "    budget: {max_output_tokens: 500}"))
+    client(srv).chat.completions.create(model="mixed", messages=[{"role": "user", "content": "Think."}])
+    assert fake.last.body["max_completion_tokens"] == 500 and "max_tokens" not in fake.last.body

@@ -14,7 +14,7 @@ backends:
 routes:
   - match: {model: smollm2-135m}
     backends: [local]
-    budget: {context_window: 2048, max_output_tokens: 4}
+    budget: {max_output_tokens: 4}
 """)
     api = OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
     messages = [
@@ -29,6 +29,7 @@ routes:
     report = budget(raw.headers)
     completion = raw.parse()
     assert report["tokenizer"] == "engine/smollm2-135m" and "estimate" not in report
+    assert report["window"] == "2048"  # the engine's max_model_len, not the model's 8,192
     assert int(report["total"]) == completion.usage.prompt_tokens
     assert completion.usage.completion_tokens <= 4  # the reserved output was forwarded as max_tokens
 
