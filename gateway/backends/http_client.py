@@ -374,20 +374,21 @@ class Pool:
         try:
             async with asyncio.timeout_at(limit_at):
                 return await waiter
-        except TimeoutError:
-            raise TimedOut("queue") from None
-        except BaseException:
+        except BaseException as e:
+            # The deadline or a cancel can land in the same loop pass as the turn (a connection or a slot
+            # handed to this waiter): pass it on, or it is lost and `_open` never comes back down.
             if waiter.done() and not waiter.cancelled():
-                handed = waiter.result()  # the turn came as we were cancelled: pass it on
+                handed = waiter.result()
                 if handed is None:
                     self._open -= 1
                     self._wake_one()
                 else:
                     self.release(handed)
-            raise
-        finally:
-            if not waiter.done():
+            else:
                 waiter.cancel()
+            if isinstance(e, TimeoutError):
+                raise TimedOut("queue") from None
+            raise
 
     async def _connect(self, connect_timeout: float, limit_at: float) -> Connection:
         loop = self.loop

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gateway.backends.base import BackendError, Timeouts
+from gateway.backends.http_client import Disconnected, TimedOut
 from gateway.backends.sse import SSEEvent
 from gateway.backends.upstream import HTTPUpstream
 from gateway.metrics import Metrics
@@ -240,3 +241,21 @@ async def test_https_with_sni_and_verification(raw, tmp_path: Path) -> None:
     with pytest.raises(BackendError) as e:
         await chat(untrusting)
     assert (e.value.reason, e.value.retryable) == ("connect", True)
+
+
+async def test_turn_handed_as_the_queue_deadline_fires_is_passed_on(raw) -> None:
+    """A slot freed for a queued caller in the same loop pass as its deadline: the caller times out, and the
+    slot goes back (not leaked: `_open` drops to 0 and the next caller connects)."""
+    rs, up = await raw(lambda c, r: ok(), max_connections=1)
+    await up.start()
+    pool = up._pool
+    assert pool is not None
+    conn = await pool.acquire(1.0, pool.loop.time() + 5)
+    # A deadline already past: the timeout's callback is queued (call_soon) as the waiter parks ...
+    queued = asyncio.create_task(pool.acquire(1.0, pool.loop.time() - 1))
+    await asyncio.sleep(0)
+    pool.release(conn)  # ... and this hands it the slot before that callback runs
+    with pytest.raises(TimedOut) as e:
+        await queued
+    assert e.value.phase == "queue" and pool._open == 0
+    (await pool.acquire(1.0, pool.loop.time() + 5)).release()
