@@ -888,20 +888,31 @@ def facts(text: str) -> Facts:
         cjk_plain=plain,
         order=_order_seq(tokens),
         folded=text.casefold(),
-        named=frozenset(named for named, _ in named_roles),
-        named_roles=tuple((thing, role) for (_, thing), role in named_roles),
+        named=frozenset(named for things, _ in named_roles for named in things),
+        named_roles=tuple((things[0][1], role) for things, role in named_roles),
     )
 
 
-def _named_tables() -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, ...]], int]:
-    """Every spelling in lx.ENTITY_CLASSES with its (class, id); the Chinese spellings by first character,
-    longest first; the most words a Latin spelling has ("new york" 2)."""
-    ids: dict[str, tuple[str, str]] = {}
+def _named_tables() -> tuple[dict[str, tuple[tuple[str, str], ...]], dict[str, tuple[str, ...]], int]:
+    """Every spelling in lx.ENTITY_CLASSES with its (class, id) pairs (one per class of the thing:
+    "chicken" is an animal and a food; lx.ZH_NOT_NAMED spellings have none); the Chinese spellings by first
+    character, longest first; the most words a Latin spelling has ("new york" 2). A spelling of two
+    different things is a lexicon error ("pandas" the library and "pandas" the animals): the later one
+    would silently win, so it raises."""
+    ids: dict[str, tuple[tuple[str, str], ...]] = {}
     for cls, things in lx.ENTITY_CLASSES.items():
         for thing in things:
             spellings = thing.split("|")
             for spelling in spellings:
-                ids[spelling] = (cls, spellings[0])
+                known = ids.get(spelling, ())
+                if any(other != spellings[0] for _, other in known):
+                    raise ValueError(f"lexicon spelling {spelling!r} names {known[0]} and {(cls, spellings[0])}")
+                if (cls, spellings[0]) not in known:
+                    ids[spelling] = (*known, (cls, spellings[0]))
+    for spelling in lx.ZH_NOT_NAMED:
+        if spelling in ids:
+            raise ValueError(f"lexicon spelling {spelling!r} is both a name and no name")
+        ids[spelling] = ()
     by_first: dict[str, list[str]] = {}
     for w in ids:
         if _CJK.match(w):
@@ -921,14 +932,14 @@ _ZH_DIRECTION_SENSE = {"去": "到", "往": "到", "至": "到", "由": "从", "
 _LATIN_WORD = re.compile(r"[a-z]+")
 
 
-def _named(text: str) -> list[tuple[tuple[str, str], str | None]]:
+def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
     """The named things of a text in order, each with the direction word that governs it: the nearest of
     lx.EN_DIRECTIONAL among the three words before it ("from", "to", "than"), or the relation character
     right before a Chinese name (从/到/比/给/兑/换). Latin spellings are looked up as whole words (longest
     run of words first, then the pieces of a dotted or hyphenated word: "python-based"), Chinese ones
     anywhere: a dictionary walk, not one regex of every spelling (that cost ~0.4 ms a text)."""
     folded = text.casefold()
-    spans: list[tuple[int, tuple[str, str]]] = []
+    spans: list[tuple[int, tuple[tuple[str, str], ...]]] = []
     words = [(m.start(), m.end(), m.group(0)) for m in _NAME_TOKEN.finditer(folded)]
     i = 0
     while i < len(words):
@@ -958,6 +969,8 @@ def _named(text: str) -> list[tuple[tuple[str, str], str | None]]:
             j += 1
     found = []
     for start, thing in sorted(spans, key=lambda s: s[0]):
+        if not thing:
+            continue  # a word of lx.ZH_NOT_NAMED: read whole, naming nothing
         before = folded[:start].rstrip()
         role = None
         if before and before[-1] in _ZH_DIRECTIONAL:

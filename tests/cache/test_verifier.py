@@ -7,8 +7,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gateway.cache import lexicon as lx
 from gateway.cache.embedder import MiniLMEmbedder
-from gateway.cache.verifier import verify
+from gateway.cache.verifier import _named_tables, facts, verify
 from tests.cache.labelled import HOLDOUT, IN_SAMPLE, evaluate, load_pairs, similarities
 
 PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.jsonl"
@@ -76,6 +77,12 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("Is drinking beer bad for your liver?", "does wine damage the liver?", "entity"),
     ("孕妇可以喝咖啡吗？", "怀孕期间能喝茶吗", "entity"),
     ("唐朝是哪一年建立的？", "宋朝建立于哪一年", "entity"),
+    # a spelling of one thing only ("pandas" the library, not the animals); a thing of two kinds (chicken);
+    # a Chinese spelling inside a longer name (梨 in 凤梨)
+    ("pandas: how to merge two dataframes", "how do I join two dataframes with numpy", "entity"),
+    ("what temperature should I bake chicken at", "at what oven temperature do you bake salmon", "entity"),
+    ("can dogs eat chicken bones", "are pork bones safe for dogs", "entity"),
+    ("孕妇能吃凤梨吗", "孕妇能吃梨吗", "entity"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -121,6 +128,21 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
     assert verify(b, a).ok, verify(b, a)
+
+
+def test_named_tables_build_and_refuse_a_spelling_of_two_things(monkeypatch: pytest.MonkeyPatch) -> None:
+    ids, _cjk, _max_words = _named_tables()
+    assert ids["pandas"] == (("framework", "pandas"),)
+    assert set(ids["chicken"]) == {("animal", "chicken"), ("food", "chicken")}  # one thing of two kinds
+    monkeypatch.setattr(lx, "ENTITY_CLASSES", {"framework": ("pandas",), "animal": ("panda|pandas",)})
+    with pytest.raises(ValueError, match="pandas"):
+        _named_tables()
+
+
+@pytest.mark.parametrize("text", ["熊孩子不听话怎么办", "熊市还能买基金吗", "茶几用什么材质好", "面包车能拉多少货",
+                                  "虾皮上怎么开店"])
+def test_chinese_words_holding_a_name_name_nothing(text: str) -> None:
+    assert not facts(text).named
 
 
 def test_probe_pairs_written_by_us() -> None:
