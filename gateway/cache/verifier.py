@@ -851,17 +851,27 @@ def _cjk_substituted(a: str, b: str) -> bool:
 # ---- facts of one text -------------------------------------------------------------------------------------
 
 
-# Arrows between two terms are "to" ("USD -> EUR", "USD→EUR"); a slash between two words is a direction
-# too ("USD/EUR" quotes one currency in the other, "km/h"): read as words, the order checks see them.
+# Arrows between two terms are "to" ("USD -> EUR", "USD→EUR"); a slash between two currencies or units is a
+# direction too ("USD/EUR" quotes one currency in the other, "miles/hour"), between other words a choice
+# ("he/she", "pros/cons", "Mac/Windows"): read as words, the order checks see them. A slash inside a URL or
+# a path ("example.com/blog/post", "src/app/main") is neither and stays in its token.
 _ARROW = re.compile(r"\s*(?:->|=>|→|⇒|⟶|➔)\s*")
-_SLASH_PAIR = re.compile(r"(?<=[A-Za-z]{2})/(?=[A-Za-z]{2})")
+_SLASH_PAIR = re.compile(r"(?<![\w/.:])([A-Za-z]{2,})/([A-Za-z]{2,})(?![\w/.])")
+_MEASURES = frozenset(lx.EN_UNITS) | frozenset(
+    w for thing in lx.ENTITY_CLASSES["currency"] for w in thing.split("|") if w.isascii())
+
+
+def _slash_read(m: re.Match[str]) -> str:
+    left, right = m.group(1), m.group(2)
+    joint = "per" if left.lower() in _MEASURES and right.lower() in _MEASURES else "or"
+    return f"{left} {joint} {right}"
 
 
 @lru_cache(maxsize=4096)
 def facts(text: str) -> Facts:
     """The answer-flipping facts of a text (in near-repeat form)."""
-    text = _SLASH_PAIR.sub(" per ", _ARROW.sub(" to ", text))
-    opaque, entities = _tokens(text)
+    opaque, entities = _tokens(text)  # the text as written: a URL or an identifier is one token
+    text = _SLASH_PAIR.sub(_slash_read, _ARROW.sub(" to ", text))
     named_roles = _named(text)
     (negations, numbers, units, dates, en_entities, words, qualifiers, polar, words_at) = _english_facts(text)
     if _CJK.search(text):

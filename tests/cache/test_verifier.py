@@ -83,6 +83,9 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("what temperature should I bake chicken at", "at what oven temperature do you bake salmon", "entity"),
     ("can dogs eat chicken bones", "are pork bones safe for dogs", "entity"),
     ("孕妇能吃凤梨吗", "孕妇能吃梨吗", "entity"),
+    # a URL is one opaque token, its slashes no direction words
+    ("Can you summarize https://example.com/blog/post-one for me?",
+     "Give me a short summary of the article at https://example.com/blog/post-two", "opaque"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -114,6 +117,10 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("What is the exchange rate from USD to EUR?", "USD -> EUR exchange rate"),  # an arrow is "to"
     ("Can dogs eat cooked chicken bones?", "Are cooked chicken bones dangerous for dogs?"),  # the same kinds
     ("孕妇能喝奶茶吗？", "怀孕了可以喝奶茶吗"),
+    # a slash between words that are not currencies or units is a choice, not "per"
+    ("Is he/she allowed to vote?", "Is she/he allowed to vote?"),
+    ("What are the pros/cons of renting?", "What are the cons/pros of renting?"),
+    ("Best IDE for Mac/Windows", "Best IDE for Windows/Mac"),
     # pronouns and parties that keep their roles (the role-exchange checks leave these alone)
     ("How do I reset my password?", "Can you help me reset my password?"),
     ("我怎么退款", "怎么给我退款"),
