@@ -24,7 +24,7 @@ import httptools
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers together; more is not an HTTP API answering
 HIGH_WATER = 256 * 1024  # unread body bytes at which the socket stops being read (the consumer lags)
-LOW_WATER = 64 * 1024  # ... and resumes once the consumer has taken the buffer below this
+IDLE_S = 15.0  # an idle keep-alive connection older than this is closed, not reused (as aiohttp did)
 
 
 class HTTPClientError(Exception):
@@ -67,6 +67,9 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle = False
+        self.idle_since = 0.0  # loop time it went idle
+        self.reused = False  # it served an exchange before this one: the upstream may have dropped it meanwhile
+        self.released = False
         self.status = 0
         self._header_list: list[tuple[bytes, bytes]] = []
         self._framed = False  # a Content-Length or Transfer-Encoding header came
@@ -212,6 +215,13 @@ class Connection(asyncio.Protocol):
         """Write one request; start its deadlines (loop times). `first_until_body`: the first-byte deadline
         holds past the headers until the reader calls `first_seen` (a stream's first event)."""
         assert self.transport is not None
+        if self.closed:
+            # Closed by the upstream after it was handed over, before this caller ran: the write would go
+            # nowhere and the caller would sit out the first-byte deadline. Disconnected: the retry runs.
+            if self._error is None:
+                self._error = Disconnected("upstream closed the pooled connection before the request")
+            self._head_done = False
+            return
         self.status = 0
         self._header_list = []
         self._first_until_body = first_until_body
@@ -278,8 +288,11 @@ class Connection(asyncio.Protocol):
         self._close()
 
     def release(self) -> None:
-        """The exchange is over: back to the pool if it ended cleanly, else closed. Call exactly once."""
-        self._pool.release(self)
+        """The exchange is over: back to the pool if it ended cleanly, else closed. Once per acquire; a second
+        call is ignored (a count off by one would leak or double a pool slot, or pool one socket twice)."""
+        if not self.released:
+            self.released = True
+            self._pool.release(self)
 
     # ---- internals -----------------------------------------------------------------------------------
     def _finish_body(self) -> None:
@@ -344,28 +357,46 @@ class Pool:
         self._waiters: deque[asyncio.Future] = deque()
         self._closed = False
 
-    async def acquire(self, connect_timeout: float, limit_at: float) -> Connection:
-        """An open connection: the most recently used idle one, a new one, or the next one released.
+    async def acquire(self, connect_timeout: float, limit_at: float, fresh: bool = False) -> Connection:
+        """An open connection: the most recently used idle one, a new one, or the next one released; `fresh`:
+        never an idle one (they are closed: one turned out dead, the others are as old).
         Raises ConnectFailed, ConnectTimedOut, or TimedOut when `limit_at` (loop time) passes first."""
         idle = self._idle
-        while idle:
-            conn = idle.pop()
-            conn.idle = False
-            if not conn.closed:
-                return conn
-            self._open -= 1
+        if idle:
+            stale_at = self.loop.time() - IDLE_S
+            while idle and (fresh or idle[0].idle_since < stale_at):  # oldest first (LIFO list)
+                self._drop_idle(idle.pop(0))
+            while idle:
+                conn = idle.pop()
+                conn.idle = False
+                if not conn.closed:
+                    conn.reused = True
+                    conn.released = False
+                    return conn
+                self._open -= 1
         if self._open >= self.limit:
             handed = await self._wait_turn(limit_at)
             if handed is not None:
+                handed.reused = True
+                handed.released = False
                 return handed
         else:
             self._open += 1
         try:
-            return await self._connect(connect_timeout, limit_at)
+            conn = await self._connect(connect_timeout, limit_at)
         except BaseException:
             self._open -= 1
             self._wake_one()
             raise
+        # Slots freed by dropping idle connections while callers queue (rare: a queue means none was idle).
+        while self._waiters and self._open < self.limit:
+            self._wake_one()
+        return conn
+
+    def _drop_idle(self, conn: Connection) -> None:
+        conn.idle = False
+        conn.close()
+        self._open -= 1
 
     async def _wait_turn(self, limit_at: float) -> Connection | None:
         """Queue until a connection is released (returned) or a slot frees (None: the caller connects)."""
@@ -415,6 +446,7 @@ class Pool:
                     waiter.set_result(conn)
                     return
             conn.idle = True
+            conn.idle_since = self.loop.time()
             self._idle.append(conn)
             return
         conn.close()

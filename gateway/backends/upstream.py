@@ -247,8 +247,9 @@ class HTTPUpstream:
                     if is_terminal(event):
                         yielded = True
                         yield pending[:i + 1]
-                        await self._drain(conn)
-                        conn = None
+                        # Handed over first: a cancel inside _drain (which releases it) must not release it twice.
+                        drained, conn = conn, None
+                        await self._drain(drained)
                         return
                 yielded = True
                 yield pending
@@ -325,7 +326,7 @@ class HTTPUpstream:
         url = self.base_url + path
         for attempt in (1, 2):
             try:
-                conn = await pool.acquire(timeouts.connect, limit_at)
+                conn = await pool.acquire(timeouts.connect, limit_at, fresh=attempt == 2)
             except ConnectTimedOut:
                 raise self._tracked(track, self._timeout(f"connect timeout of {timeouts.connect}s to {url}",
                                                          True)) from None
@@ -339,8 +340,9 @@ class HTTPUpstream:
                 await conn.head()
             except Disconnected as e:
                 conn.release()
-                # A pooled keep-alive connection the upstream had already closed: one fresh try.
-                if attempt == 2:
+                # A pooled keep-alive connection the upstream had already closed: one try on a fresh one. Not
+                # on a fresh connection: the upstream may have died processing the request (a POST sent twice).
+                if attempt == 2 or not conn.reused:
                     raise self._tracked(track, BackendError("connect", f"upstream {url} dropped the "
                                                             f"connection: {e}", 502, retryable=True)) from None
                 continue

@@ -259,3 +259,57 @@ async def test_turn_handed_as_the_queue_deadline_fires_is_passed_on(raw) -> None
         await queued
     assert e.value.phase == "queue" and pool._open == 0
     (await pool.acquire(1.0, pool.loop.time() + 5)).release()
+
+
+async def test_cancel_while_draining_after_the_terminal_event_releases_once(raw) -> None:
+    """[DONE] came but the body's end does not: the consumer is cancelled while the stream drains. The
+    connection is closed and its slot given back once (a second release drove `_open` below zero)."""
+    rs, up = await raw(lambda c, r: SSE_HEAD + b"e\r\ndata: [DONE]\n\n\r\n")  # no terminating chunk
+    batches = up.stream_batches("/chat/completions", b"{}", T, is_done)
+    assert [e.data for e in await batches.__anext__()] == [b"[DONE]"]
+    draining = asyncio.ensure_future(batches.__anext__())
+    for _ in range(3):
+        await asyncio.sleep(0)  # into _drain, waiting for body bytes that never come
+    draining.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await draining
+    assert up._pool is not None and up._pool._open == 0
+
+
+async def test_connection_closed_before_its_request_is_disconnected_not_a_timeout(raw) -> None:
+    """A connection the upstream closed after it was handed over: the send fails at once with Disconnected
+    (the stale-connection retry runs), instead of waiting out the first-byte deadline."""
+    rs, up = await raw(lambda c, r: ok())
+    await up.start()
+    pool = up._pool
+    assert pool is not None
+    conn = await pool.acquire(1.0, pool.loop.time() + 5)
+    conn.close()
+    conn.send(b"GET / HTTP/1.1\r\n\r\n", pool.loop.time() + 5, pool.loop.time() + 5)
+    with pytest.raises(Disconnected):
+        await conn.head()
+    conn.release()
+    conn.release()  # idempotent
+    assert pool._open == 0
+
+
+async def test_fresh_connection_dropped_is_not_retried_and_retry_skips_idle_ones(raw) -> None:
+    # A new connection dropped mid-request: the upstream may have acted on it; no second POST.
+    rs, up = await raw(lambda c, r: None if c == 0 else ok())
+    with pytest.raises(BackendError) as e:
+        await chat(up)
+    assert e.value.reason == "connect" and rs.requests == 1
+    # Two idle connections, both dropped by the upstream: the retry opens a new one, not the other idle one.
+    rs2, up2 = await raw(lambda c, r: None if r == 1 and c < 2 else ok(), max_connections=2)
+    await asyncio.gather(chat(up2), chat(up2))
+    assert rs2.connections == 2
+    assert (await chat(up2))["id"] == "x" and rs2.connections == 3
+
+
+async def test_idle_connection_older_than_the_keep_alive_limit_is_not_reused(raw) -> None:
+    rs, up = await raw(lambda c, r: ok())
+    await chat(up)
+    assert up._pool is not None
+    up._pool._idle[0].idle_since -= 60  # as if it sat idle a minute
+    await chat(up)
+    assert rs.connections == 2 and up._pool._open == 1
