@@ -225,7 +225,7 @@ class CoalescingWriter:
         except StopIteration:
             self._last = None
             return
-        except BaseException as e:  # the client is gone: the next add() raises it
+        except Exception as e:  # the client is gone: the next add() raises it
             coro.close()
             failed = self.loop.create_future()
             failed.set_exception(e)
@@ -257,7 +257,7 @@ async def _resume(coro: Any, waiting: Any) -> None:
                 else:
                     await waiting
             except asyncio.CancelledError:
-                if not waiting.cancelled():
+                if waiting is None or not waiting.cancelled():
                     raise  # this task itself was cancelled
             except Exception:  # the coroutine reads the outcome itself when resumed
                 pass

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiohttp import web
 
-from gateway.streaming import CoalescingWriter, StreamAssembler, completion_to_chunks
+from gateway.streaming import CoalescingWriter, StreamAssembler, _resume, completion_to_chunks
 
 BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -133,3 +134,16 @@ async def test_coalescing_writer_to_a_slow_client_keeps_order_and_ends_the_strea
         assert bytes(body).replace(b"\r\n", b"") == b"".join(events) + b"data: [DONE]\n\n"
     finally:
         await runner.cleanup()
+
+
+async def test_resumed_write_cancelled_at_a_bare_yield_stays_a_cancel() -> None:
+    """A write that suspended on a bare yield (no future) is resumed with sleep(0); cancelling it there
+    cancels the task (it read `waiting.cancelled()` on None: AttributeError)."""
+    async def never() -> None:
+        await asyncio.Event().wait()
+
+    task = asyncio.ensure_future(_resume(never(), None))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
