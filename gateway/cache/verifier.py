@@ -557,39 +557,70 @@ def _persons_crossed(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     in the two texts: "Can I sue my employer for not paying me?" / "Can my employer sue me for not paying?",
     "Is it rude to call your boss?" / "Is it rude for your boss to call you?". The party crosses the verb one
     way and a free pronoun (I/me, you, we/us) stands on its old side in the other text, alone on that side
-    (a pronoun on both sides of the verb in the party's agent text is a clause of its own: "Can my boss
-    fire me if I call in sick?" / "If I call in sick, can my boss fire me?"); where the first text has no
-    free pronoun, the party it names must be the pronoun's own ("your boss")."""
-    count_a, count_b = Counter(sa), Counter(sb)
-    shared = [w for w in count_a if count_a[w] == 1 and count_b[w] == 1 and w.isalpha()
-              and w not in _FUNCTION and w not in _PERSONS and w not in _OWNERS and w not in lx.EN_DIRECTIONAL]
-    parties = [w for w in shared if _owned(sa, w) or _owned(sb, w)]
+    (a pronoun on both sides of the verb in the text where the party acts is a clause of its own: "Can my
+    boss fire me if I call in sick?" / "If I call in sick, can my boss fire me?"); where the first text has no
+    free pronoun, the party it names must be the pronoun's own ("your boss"). A passive keeps the roles
+    while it moves the words ("Why does my cat ignore me?" / "Why am I ignored by my cat?"): a verb after a
+    form of be or get, or a party after "by", is left alone. Positions are read once; only parties within
+    reach of a verb are tried, so a long text costs a few passes over its words."""
+    pos_a, pos_b = _unique_positions(sa), _unique_positions(sb)
+    shared = [w for w in pos_a if w in pos_b and w.isalpha() and w not in _FUNCTION and w not in _PERSONS
+              and w not in _OWNERS and w not in lx.EN_DIRECTIONAL]
+    parties = [w for w in shared if _owner_at(sa, pos_a[w]) or _owner_at(sb, pos_b[w])]
     if not parties:
         return False
+    persons = ({p: [i for i, w in enumerate(sa) if w == p] for p in _FREE_PERSONS},
+               {p: [i for i, w in enumerate(sb) if w == p] for p in _FREE_PERSONS})
     for verb in shared:
-        if (verb in lx.EN_COMMON_WORDS and verb not in lx.EN_ACTIONS) or _owned(sa, verb) or _owned(sb, verb):
+        va, vb = pos_a[verb], pos_b[verb]
+        if (verb in lx.EN_COMMON_WORDS and verb not in lx.EN_ACTIONS) or _owner_at(sa, va) or _owner_at(sb, vb):
             continue  # "my deposit" is no verb
-        va, vb = sa.index(verb), sb.index(verb)
+        if _after_be(sa, va) or _after_be(sb, vb):
+            continue  # a passive: "am I ignored", "got fired"
         for x in parties:
-            if x == verb or (sa.index(x) < va) == (sb.index(x) < vb):
-                continue
-            patient, agent = (sa, sb) if sa.index(x) > va else (sb, sa)
-            vp, vg = patient.index(verb), agent.index(verb)
-            if vg - agent.index(x) > _ROLE_REACH or patient.index(x) - vp > _ROLE_REACH:
-                continue  # the party is not next to this verb: a word of another clause
+            xa, xb = pos_a[x], pos_b[x]
+            if x == verb or (xa < va) == (xb < vb) or abs(xa - va) > _ROLE_REACH or abs(xb - vb) > _ROLE_REACH:
+                continue  # on one side in both, or not next to this verb: a word of another clause
+            if _after_by(sa, xa) or _after_by(sb, xb):
+                continue  # "by my cat": the agent of a passive
+            # the object text has the party after the verb, the subject text before it (the party acts there)
+            a_is_object = xa > va
+            object_text, x_obj, v_obj = (sa, xa, va) if a_is_object else (sb, xb, vb)
+            v_subj = vb if a_is_object else va
+            in_obj, in_subj = persons if a_is_object else persons[::-1]
             for p in _FREE_PERSONS:
-                found = [i for i, w in enumerate(agent) if w == p]
-                if not found or any(i < vg for i in found) or found[0] - vg > _ROLE_REACH:
-                    continue  # the party's agent text must have the pronoun right after the verb only
-                if any(0 < vp - i <= _ROLE_REACH for i, w in enumerate(patient) if w == p):
+                found = in_subj[p]
+                if not found or found[0] < v_subj or found[0] - v_subj > _ROLE_REACH:
+                    continue  # the subject text must have the pronoun right after the verb only
+                if any(0 < v_obj - i <= _ROLE_REACH for i in in_obj[p]):
                     return True
-                if p not in patient and _owned(patient, x) == _owner_of(p):
+                if not in_obj[p] and _owner_at(object_text, x_obj) == _owner_of(p):
                     return True
     return False
 
 
-def _owned(seq: tuple[str, ...], word: str) -> str | None:
-    i = seq.index(word)
+_PASSIVE_AUX = frozenset({"be", "been", "being", "get", "got", "gotten"})  # order form: "is", "was" are "be"
+
+
+def _after_be(seq: tuple[str, ...], i: int) -> bool:
+    """A verb right after a form of be or get, or after one and a pronoun: "was fired", "am I ignored"."""
+    if i >= 1 and seq[i - 1] in _PASSIVE_AUX:
+        return True
+    return i >= 2 and seq[i - 2] in _PASSIVE_AUX and seq[i - 1] in _PERSONS
+
+
+def _after_by(seq: tuple[str, ...], i: int) -> bool:
+    """A party after "by", its owner skipped: "ignored by my cat"."""
+    j = i - 1 if i and seq[i - 1] in _OWNERS else i
+    return j > 0 and seq[j - 1] == "by"
+
+
+def _unique_positions(seq: tuple[str, ...]) -> dict[str, int]:
+    count = Counter(seq)
+    return {w: i for i, w in enumerate(seq) if count[w] == 1}
+
+
+def _owner_at(seq: tuple[str, ...], i: int) -> str | None:
     return seq[i - 1] if i and seq[i - 1] in _OWNERS else None
 
 

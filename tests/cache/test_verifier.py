@@ -129,6 +129,7 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("My boss yelled at me, what should I do?", "What should I do if my boss yells at me?"),
     ("My husband's parents are visiting next week, any tips?", "Tips for hosting my husband's parents next week"),
     ("老板把我开除了，我该怎么办", "我被老板开除了怎么办"),
+    ("Why does my cat ignore me?", "Why am I ignored by my cat?"),  # a passive keeps the roles
     ("How do I get my security deposit back from my landlord?",
      "Moved out two months ago and my landlord is still holding the deposit. How do I get it back?"),
 ])
