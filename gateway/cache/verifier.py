@@ -61,6 +61,9 @@ _READABLE = re.compile(r"[\x20-\x7e\u00a0-\u024f\u0370-\u03ff\u0400-\u04ff\u3000
 OPAQUE_MIN_LEN = 21  # longer words become one unknown token or a string of meaningless pieces
 CLOSE_OVERLAP = 0.5
 ORDER_OVERLAP = 0.4  # from here two terms governed by other direction words are a swap
+# Longest Chinese text (characters) the exchange check reads: a question, not a paragraph; its cost grows
+# with the length.
+_CJK_EXCHANGE_MAX = 80
 EDIT_OVERLAP = 0.7  # from here a content word added or dropped is a change of scope  # token overlap from which a pair is an edit of one text, not a rewording (tune split)
 
 
@@ -521,7 +524,9 @@ _PERSONS = frozenset({"i", "we", "you", "he", "she", "they"})  # the parties of 
 
 
 def _symmetric(middle: tuple[str, ...]) -> bool:
-    return all(t in _ORDER_SYMMETRIC for t in middle) or "".join(middle) in _ZH_JOINT_WORDS
+    """Joints only, or a Chinese choice anywhere in the middle (红烧肉好吃还是糖醋排骨好吃)."""
+    joined = "".join(middle)
+    return all(t in _ORDER_SYMMETRIC for t in middle) or joined in _ZH_JOINT_WORDS or bool(_ZH_CHOICE.search(joined))
 
 
 def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, int], pos_b: dict[str, int],
@@ -810,12 +815,18 @@ _ZH_JOINTS = frozenset("和与跟同或及、")  # one character each; the two-c
 def _cjk_relation(middle: str) -> bool:
     """Whether X middle Y read the other way round asks something else: a relation character (的, 到, 比 ...)
     or any verb between them (阿里巴巴收购了饿了么 / 饿了么收购了阿里巴巴); joints (和, 还是) and a copula
-    (是) alone are symmetric, and so are asking words (非常好的问题：怎么做红烧肉 / 红烧肉怎么做？非常好的问题)."""
+    (是) alone are symmetric, and so are asking words (非常好的问题：怎么做红烧肉 / 红烧肉怎么做？非常好的问题).
+    A choice (还是, 或者, 或) between the two is symmetric whatever else the middle holds: 红烧肉好吃还是糖醋排骨好吃 /
+    糖醋排骨好吃还是红烧肉好吃 asks one question."""
+    if _ZH_CHOICE.search(middle):
+        return False
     if any(c in lx.ZH_RELATION for c in middle):
         return True
     rest = _cjk_neutral_removed(middle)
     return bool(rest) and not set(rest) <= _ZH_JOINTS
-_CJK_EXCHANGE_MAX = 80
+
+
+_ZH_CHOICE = re.compile("还是|或")  # 或 also covers 或者
 
 
 def _cjk_exchanged(a: str, b: str) -> bool:
@@ -839,7 +850,7 @@ def _cjk_exchanged(a: str, b: str) -> bool:
                 middle = a[i + nx:i + nx + m]
                 if len(middle) < m:
                     break
-                if set(middle) <= _ZH_JOINTS:  # 还是 / 或者 / 以及 are neutral words, gone from these texts
+                if set(middle) <= _ZH_JOINTS or _ZH_CHOICE.search(middle):  # a joint or a choice: symmetric
                     continue
                 for ny in (1, 2):
                     y = a[i + nx + m:i + nx + m + ny]
