@@ -40,17 +40,17 @@ def _cpu_key() -> str:
 
 @cache
 def paged_decode() -> ctypes.CDLL | None:
-    """The compiled kernel library, or None (no compiler, a failed build, or not x86/arm Linux)."""
-    if os.environ.get("ENGINE_NO_C_KERNELS"):
+    """The compiled kernel library, or None (disabled, no compiler, a failed build or load)."""
+    if os.environ.get("ENGINE_NO_C_KERNELS", "0") not in ("", "0"):
         return None
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
         log.info("no C compiler: decode attention gathers K/V through torch")
         return None
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_key().encode()).hexdigest()[:16]
-    lib_path = _cache_dir() / f"paged_decode-{digest}.so"
     try:
+        source = SOURCE.read_bytes()  # absent from an install that dropped package data: the torch path
+        digest = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_key().encode()).hexdigest()[:16]
+        lib_path = _cache_dir() / f"paged_decode-{digest}.so"
         if not lib_path.exists():
             lib_path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=lib_path.parent) as tmp:  # built aside, then renamed: atomic
@@ -60,7 +60,9 @@ def paged_decode() -> ctypes.CDLL | None:
                 os.replace(out, lib_path)
         lib = ctypes.CDLL(str(lib_path))
     except (OSError, subprocess.SubprocessError) as exc:
-        log.warning("C decode-attention kernel unavailable (%s): using the torch path", exc)
+        stderr = getattr(exc, "stderr", None)  # a failed build says why only on its stderr
+        detail = f"{exc}: {stderr.decode(errors='replace')[-2000:]}" if stderr else str(exc)
+        log.warning("C decode-attention kernel unavailable (%s): using the torch path", detail)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.paged_decode_attention.argtypes = [ptr] * 6 + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
@@ -73,10 +75,22 @@ def paged_decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Ten
     """q: [B, Hq, D] float32; caches [Hkv, num_blocks, block_size, D]; block_tables [B, max_blocks] int64;
     context_lens [B] int64. Returns [B, Hq, D]."""
     q = q.contiguous()
-    assert q.dtype == k_cache.dtype == v_cache.dtype == torch.float32 and k_cache.is_contiguous()
-    assert block_tables.dtype == context_lens.dtype == torch.int64 and block_tables.is_contiguous()
     b, hq, d = q.shape
-    hkv, nb, bs, _ = k_cache.shape
+    hkv, nb, bs, cache_d = k_cache.shape
+    # The C side trusts every pointer and size it is given: checked here (cheap, once per layer call) and raised,
+    # not asserted, so `python -O` cannot turn a shape mistake into an out-of-bounds read.
+    problems = [
+        q.dtype != torch.float32 or k_cache.dtype != torch.float32 or v_cache.dtype != torch.float32,
+        q.device.type != "cpu" or k_cache.device.type != "cpu" or v_cache.device.type != "cpu",
+        not (k_cache.is_contiguous() and v_cache.is_contiguous()) or v_cache.shape != k_cache.shape,
+        cache_d != d or hkv == 0 or hq % hkv != 0,
+        block_tables.dtype != torch.int64 or context_lens.dtype != torch.int64,
+        not (block_tables.is_contiguous() and context_lens.is_contiguous()),
+        block_tables.dim() != 2 or block_tables.shape[0] != b or context_lens.shape != (b,),
+    ]
+    if any(problems):
+        raise ValueError(f"paged_decode_attention: bad inputs (q {tuple(q.shape)} {q.dtype}, cache "
+                         f"{tuple(k_cache.shape)}, tables {tuple(block_tables.shape)}, lens {tuple(context_lens.shape)})")
     out = torch.empty_like(q)
     lib.paged_decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
                                context_lens.data_ptr(), out.data_ptr(), b, hq, hkv, nb, bs, d,

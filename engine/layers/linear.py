@@ -11,9 +11,13 @@ transformers token for token (tests/engine/test_oracle.py runs with packing on, 
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 MIN_PACKED_ROWS = 2  # below this, MKL's matrix-vector product is as fast and needs no per-shape set-up
 PACK_HINT_ROWS = 32  # oneDNN picks the packed layout for this many rows; every row count still works
@@ -43,11 +47,19 @@ class PackedLinear(nn.Module):
 
 
 def pack_linear_weights(model: nn.Module) -> int:
-    """Replace every float32 nn.Linear of `model` with a PackedLinear; returns how many were replaced."""
+    """Replace every float32 nn.Linear of `model` with a PackedLinear; returns how many were replaced.
+
+    The packing ops are torch-internal (`torch.ops.mkldnn`): a build without them, or one that refuses a shape,
+    keeps the plain layers rather than failing to load the model."""
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and child.weight.dtype == torch.float32:
-                setattr(parent, name, PackedLinear(child))
+                try:
+                    packed = PackedLinear(child)
+                except (AttributeError, RuntimeError) as exc:
+                    log.warning("oneDNN weight packing unavailable (%s): plain float32 linears", exc)
+                    return replaced
+                setattr(parent, name, packed)
                 replaced += 1
     return replaced

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 import torch
@@ -121,9 +122,10 @@ def test_c_decode_kernel_matches_gathered_sdpa() -> None:
     with the torch gather + SDPA path to float rounding."""
     from engine.layers.cpu_kernels import paged_decode, paged_decode_attention
 
-    lib = paged_decode()
-    if lib is None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: the engine runs the torch path")
+    lib = paged_decode()
+    assert lib is not None  # a compiler is here: a failed build must not pass as "no compiler"
     torch.manual_seed(0)
     hkv, hq, nb, bs, d = 2, 6, 40, 16, 20  # head_dim not a multiple of 8: the kernel's tail loops run too
     k_cache, v_cache = torch.randn(hkv, nb, bs, d), torch.randn(hkv, nb, bs, d)
@@ -133,3 +135,21 @@ def test_c_decode_kernel_matches_gathered_sdpa() -> None:
     want = TorchPagedAttention(d**-0.5)._decode(q, k_cache, v_cache, tables, lens)
     got = paged_decode_attention(lib, q, k_cache, v_cache, tables, lens, d**-0.5)
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_c_decode_kernel_refuses_inputs_that_do_not_fit_the_cache() -> None:
+    """The C side trusts every size it is given: a wrong head size, batch or head grouping is a ValueError in
+    Python, never an out-of-bounds read."""
+    from engine.layers.cpu_kernels import paged_decode, paged_decode_attention
+
+    lib = paged_decode()
+    if lib is None:
+        pytest.skip("no C kernel here")
+    k_cache = v_cache = torch.zeros(2, 8, 16, 20)
+    tables, lens = torch.zeros(3, 2, dtype=torch.int64), torch.ones(3, dtype=torch.int64)
+    for q, t, n in ((torch.zeros(3, 6, 24), tables, lens),  # head size 24 against a cache of 20
+                    (torch.zeros(3, 5, 20), tables, lens),  # 5 query heads over 2 KV heads
+                    (torch.zeros(3, 6, 20), tables[:2], lens),  # fewer block tables than sequences
+                    (torch.zeros(3, 6, 20), tables, lens.int())):  # lengths not int64
+        with pytest.raises(ValueError):
+            paged_decode_attention(lib, q, k_cache, v_cache, t, n, 0.2)
