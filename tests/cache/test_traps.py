@@ -141,6 +141,7 @@ def test_terms_exchanged_around_a_relation_are_turned_down(cached: str, new: str
     ("苹果和香蕉哪个热量高", "香蕉和苹果哪个热量高"),
     ("苹果还是香蕉好", "香蕉还是苹果好"),  # two-character joints: 还是, 或者
     ("猫或者狗哪个好养", "狗或者猫哪个好养"),
+    ("红烧肉好吃还是糖醋排骨好吃", "糖醋排骨好吃还是红烧肉好吃"),  # a choice between two clauses
     # one phrase moved to the front or back, each term keeping its own preposition
     ("How do I fly to Paris from London?", "How do I fly from London to Paris?"),
     ("In Python, how do I reverse a list?", "How do I reverse a list in Python?"),
