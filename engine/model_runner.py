@@ -207,6 +207,8 @@ class ModelRunner:
         )
         if self.attention_backend == "flash_attn" or self.decode_kernel is not None:
             meta.decode_block_tables, meta.decode_context_lens = self._padded_tables(decode_tables, decode_lens)
+            # the C kernel reads len keys through the table: every length must fit its (padded) table
+            assert not decode_lens or max(decode_lens) <= meta.decode_block_tables.shape[1] * self.config.block_size
         else:
             # The scheduler sorts decodes by length; groups padded to their own longest keep padding small.
             for start in range(0, len(decode_tables), DECODE_GROUP_SIZE):

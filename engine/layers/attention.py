@@ -87,6 +87,7 @@ class TorchPagedAttention:
         out = torch.empty_like(q)
         nd = meta.num_decodes
         if nd and self.decode_kernel is not None:
+            assert not meta.decode_groups and meta.decode_block_tables.shape[0] == nd  # one table row per decode
             out[:nd] = paged_decode_attention(self.decode_kernel, q[:nd], k_cache, v_cache,
                                               meta.decode_block_tables, meta.decode_context_lens, self.scale)
             nd = 0
