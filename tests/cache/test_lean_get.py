@@ -1,5 +1,5 @@
-"""The exact cache's pipelined GET on a real Redis: replies matched in order (even past a caller that gave up),
-error replies raised as redis-py does, a dropped connection replaced on the next GET."""
+"""The cache's pipelined GET/HGET on a real Redis: replies matched in order (even past a caller that gave up),
+error replies raised as redis-py does, a dropped or stalled connection replaced."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import pytest
 import redis
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from gateway.cache.lean_get import LeanGet
@@ -48,7 +49,8 @@ def test_tls_clients_keep_redis_py() -> None:
 
 
 def test_hget_reads_a_field_in_order_with_gets(redis_url: str) -> None:
-    """A semantic hit's completion read (HGET) shares the pipelined connection with exact GETs."""
+    """A semantic hit's completion read (HGET) shares the pipelined connection with exact GETs (the stage hands
+    the exact cache's LeanGet to the semantic cache)."""
     sync = redis.Redis.from_url(redis_url)
     sync.hset("entry", mapping={"c": b"completion", "v": b"vector"})
     sync.set("plain", "value")
@@ -69,3 +71,35 @@ def test_hget_reads_a_field_in_order_with_gets(redis_url: str) -> None:
 
     asyncio.run(main())
     sync.close()
+
+
+def test_a_stalled_connection_is_replaced_after_a_timeout(redis_url: str) -> None:
+    """A reply given up on that does not come (Redis paused) drops the connection: a lookup queued behind it
+    fails (a miss) instead of waiting out the stall, and the next lookup connects anew."""
+    admin = redis.Redis.from_url(redis_url)
+    admin.set("k", "v")
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        lean = LeanGet.for_client(client)
+        assert lean is not None
+        try:
+            assert await lean.get("k") == b"v"
+            stalled = lean._conn
+            admin.execute_command("CLIENT", "PAUSE", 5000, "ALL")
+            try:
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(lean.get("k"), 0.02)
+                behind = asyncio.ensure_future(lean.get("k"))  # pipelined behind the reply that does not come
+                with pytest.raises(RedisConnectionError):
+                    await behind  # failed when the stalled connection was dropped, long before the pause ends
+            finally:
+                admin.execute_command("CLIENT", "UNPAUSE")
+            assert await lean.get("k") == b"v"
+            assert lean._conn is not stalled
+        finally:
+            lean.close()
+            await client.aclose()
+
+    asyncio.run(main())
+    admin.close()
