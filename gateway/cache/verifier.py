@@ -61,6 +61,10 @@ _READABLE = re.compile(r"[\x20-\x7e\u00a0-\u024f\u0370-\u03ff\u0400-\u04ff\u3000
 OPAQUE_MIN_LEN = 21  # longer words become one unknown token or a string of meaningless pieces
 CLOSE_OVERLAP = 0.5
 ORDER_OVERLAP = 0.4  # from here two terms governed by other direction words are a swap
+# Most candidate terms a pairwise order check tries (every pair of them, each read around): a question has
+# a few dozen words, and a hostile text at the embedding window (254 word pieces) would otherwise cost
+# ~0.2 s of the event loop; past it the check is skipped (the other checks still run).
+_ORDER_MAX_TERMS = 40
 # Longest Chinese text (characters) the exchange check reads: a question, not a paragraph; its cost grows
 # with the length.
 _CJK_EXCHANGE_MAX = 80
@@ -271,24 +275,32 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
     ta, tb = a.tokens, b.tokens
     if ta == tb:
         return False
-    count_a, count_b = Counter(ta), Counter(tb)
-    pos_a = {w: i for i, w in enumerate(ta) if count_a[w] == 1 and not _CJK.match(w)}
-    pos_b = {w: i for i, w in enumerate(tb) if count_b[w] == 1 and not _CJK.match(w)}
+    pos_a = {w: i for w, i in _unique_positions(ta).items() if not _CJK.match(w)}
+    pos_b = {w: i for w, i in _unique_positions(tb).items() if not _CJK.match(w)}
     terms = [w for w in pos_a if w in pos_b and w not in _FUNCTION and w not in lx.EN_DIRECTIONAL]
     if close and _possessor_moved(ta, tb, pos_a, pos_b, [t for t in terms if t in a.possessors | b.possessors]):
         return True
-    for i, x in enumerate(terms):
-        for y in terms[i + 1:]:
-            if pos_b[x] < pos_b[y]:
-                continue  # same order in both (terms are in a's order)
-            between_a = ta[pos_a[x] + 1:pos_a[y]]
-            between_b = tb[pos_b[y] + 1:pos_b[x]]
-            if _joined(ta, pos_a[x], between_a) or _joined(tb, pos_b[y], between_b):
-                continue
-            if _exchange(ta, pos_a[x], pos_a[y]) == tb:
+    # two terms exchanged in otherwise equal texts: the texts differ at exactly those two places (one pass,
+    # not a rebuilt text for every pair of terms)
+    if len(ta) == len(tb):
+        diff = [k for k in range(len(ta)) if ta[k] != tb[k]]
+        if len(diff) == 2:
+            i, j = diff
+            x, y = ta[i], ta[j]
+            if tb[i] == y and tb[j] == x and x in pos_b and y in pos_a and x in terms and y in terms \
+                    and not _joined(ta, i, ta[i + 1:j]) and not _joined(tb, i, tb[i + 1:j]):
                 return True
-            if close and "than" in between_a and "than" in between_b:
-                return True
+    if close and "than" in ta and "than" in tb and len(terms) <= _ORDER_MAX_TERMS:
+        for n, x in enumerate(terms):
+            for y in terms[n + 1:]:
+                if pos_b[x] < pos_b[y]:
+                    continue  # same order in both (terms are in a's order)
+                between_a = ta[pos_a[x] + 1:pos_a[y]]
+                between_b = tb[pos_b[y] + 1:pos_b[x]]
+                if _joined(ta, pos_a[x], between_a) or _joined(tb, pos_b[y], between_b):
+                    continue
+                if "than" in between_a and "than" in between_b:
+                    return True
     return _roles_exchanged(a.order, b.order, close)
 
 
@@ -348,6 +360,8 @@ def _roles_exchanged(sa: tuple[str, ...], sb: tuple[str, ...], close: bool) -> b
     count_a, count_b = Counter(sa), Counter(sb)
     pos_b = {w: i for i, w in enumerate(sb) if count_b[w] == 1}
     found = [(w, i) for i, w in enumerate(sa) if count_a[w] == 1 and w in pos_b and _party(w)]
+    if len(found) > _ORDER_MAX_TERMS:
+        return False
     for n, (x, xa) in enumerate(found):
         for y, ya in found[n + 1:]:
             xb, yb = pos_b[x], pos_b[y]
@@ -574,6 +588,7 @@ def _persons_crossed(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     parties = [w for w in shared if _owner_at(sa, pos_a[w]) or _owner_at(sb, pos_b[w])]
     if not parties:
         return False
+    party_at = {pos_a[w]: w for w in parties}
     persons = ({p: [i for i, w in enumerate(sa) if w == p] for p in _FREE_PERSONS},
                {p: [i for i, w in enumerate(sb) if w == p] for p in _FREE_PERSONS})
     for verb in shared:
@@ -582,10 +597,13 @@ def _persons_crossed(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
             continue  # "my deposit" is no verb
         if _after_be(sa, va) or _after_be(sb, vb):
             continue  # a passive: "am I ignored", "got fired"
-        for x in parties:
+        near = (party_at.get(k) for k in range(va - _ROLE_REACH, va + _ROLE_REACH + 1))
+        for x in near:  # a party further from the verb is a word of another clause
+            if x is None:
+                continue
             xa, xb = pos_a[x], pos_b[x]
-            if x == verb or (xa < va) == (xb < vb) or abs(xa - va) > _ROLE_REACH or abs(xb - vb) > _ROLE_REACH:
-                continue  # on one side in both, or not next to this verb: a word of another clause
+            if x == verb or (xa < va) == (xb < vb) or abs(xb - vb) > _ROLE_REACH:
+                continue  # on one side in both, or not next to this verb in the other text
             if _after_by(sa, xa) or _after_by(sb, xb):
                 continue  # "by my cat": the agent of a passive
             # the object text has the party after the verb, the subject text before it (the party acts there)
@@ -801,10 +819,18 @@ def _cjk_reordered(a: str, b: str) -> bool:
         end += 1
     ma, mb = a[start:len(a) - end], b[start:len(b) - end]
     n = len(ma)
-    for i in range(1, n):  # ma = x + middle + y and mb = y + middle + x
-        for j in range(1, n - i):
+    # ma = x + middle + y and mb = y + middle + x: the splits where mb ends with ma's start (x) and starts
+    # with ma's end (y) are found in one pass each, then only those are paired (was every i, j: cubic)
+    heads = [i for i in range(1, n) if mb.endswith(ma[:i])]
+    tails = [j for j in range(1, n) if mb.startswith(ma[n - j:])]
+    if len(heads) * len(tails) > _ORDER_MAX_TERMS * _ORDER_MAX_TERMS:
+        return False  # a text of one repeated pattern, not two terms
+    for i in heads:
+        for j in tails:
+            if i + j >= n:
+                continue
             x, middle, y = ma[:i], ma[i:n - j], ma[n - j:]
-            if mb == y + middle + x and x != y and _cjk_relation(middle):
+            if mb[j:n - i] == middle and x != y and _cjk_relation(middle):
                 return True
     return False
 
@@ -1043,11 +1069,13 @@ def _named_reversed(a: tuple[tuple[str, str | None], ...], b: tuple[tuple[str, s
     count_a = Counter(t for t, _ in a)
     count_b = Counter(t for t, _ in b)
     role_b = {t: r for t, r in b if count_b[t] == 1}
-    order_b = [t for t, _ in b]
+    order_b = {t: k for k, (t, _) in enumerate(b) if count_b[t] == 1}
     terms = [(t, r) for t, r in a if count_a[t] == 1 and t in role_b]
+    if len(terms) > _ORDER_MAX_TERMS:
+        return False
     for i, (x, rx) in enumerate(terms):
         for y, ry in terms[i + 1:]:
-            if order_b.index(x) < order_b.index(y):
+            if order_b[x] < order_b[y]:
                 continue
             if (rx is not None and rx == role_b[y] and rx != role_b[x]) or \
                     (ry is not None and ry == role_b[x] and ry != role_b[y]):

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.cache import lexicon as lx
 from gateway.cache.embedder import MiniLMEmbedder
-from gateway.cache.verifier import _named_tables, facts, verify
+from gateway.cache.verifier import Verdict, _named_tables, facts, verify
 from tests.cache.labelled import HOLDOUT, IN_SAMPLE, evaluate, load_pairs, similarities
 
 PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.jsonl"
@@ -151,6 +151,18 @@ def test_named_tables_build_and_refuse_a_spelling_of_two_things(monkeypatch: pyt
                                   "虾皮上怎么开店"])
 def test_chinese_words_holding_a_name_name_nothing(text: str) -> None:
     assert not facts(text).named
+
+
+def test_a_hostile_pair_at_the_window_limit_gets_a_verdict() -> None:
+    """The verifier runs on the event loop: every order check caps the terms it pairs, so a pair of texts at
+    the embedding window (~254 word pieces) of unique words in reversed order, or 250 Chinese characters
+    reversed, is answered (a few ms by hand; it was ~0.2 s), not a timing assertion here."""
+    words = sorted(w for w in lx.EN_COMMON_WORDS if w.isalpha() and len(w) > 3)[:250]
+    assert len(words) >= 150
+    en = "my " + " ".join(words)
+    zh = "".join(chr(0x4F00 + 37 * i % 19000) for i in range(250))
+    for x, y in ((en, "my " + " ".join(reversed(words))), (zh, zh[::-1]), ("我" + zh, zh[::-1] + "我")):
+        assert isinstance(verify(x, y), Verdict)
 
 
 def test_probe_pairs_written_by_us() -> None:
