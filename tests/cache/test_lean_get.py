@@ -4,6 +4,8 @@ error replies raised as redis-py does, a dropped or stalled connection replaced.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -14,16 +16,25 @@ from redis.exceptions import ResponseError
 from gateway.cache.lean_get import LeanGet
 
 
+@contextlib.asynccontextmanager
+async def lean_on(redis_url: str) -> AsyncIterator[LeanGet]:
+    client = aioredis.Redis.from_url(redis_url)
+    lean = LeanGet.for_client(client)
+    assert lean is not None
+    try:
+        yield lean
+    finally:
+        lean.close()
+        await client.aclose()
+
+
 def test_many_gets_in_flight_get_their_own_values(redis_url: str) -> None:
     sync = redis.Redis.from_url(redis_url)
     sync.mset({f"k{i}": f"v{i}" for i in range(200)})
     sync.lpush("a-list", "x")  # GET on a list is an error reply
 
     async def main() -> None:
-        client = aioredis.Redis.from_url(redis_url)
-        lean = LeanGet.for_client(client)
-        assert lean is not None
-        try:
+        async with lean_on(redis_url) as lean:
             await lean.get("k0")  # connected
             slow = asyncio.ensure_future(lean.get("k0"))
             await asyncio.sleep(0)  # sent ...
@@ -36,9 +47,6 @@ def test_many_gets_in_flight_get_their_own_values(redis_url: str) -> None:
             sync.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")  # drop the connection
             await asyncio.sleep(0.05)
             assert await lean.get("k8") == b"v8"  # the loss was noticed and the next GET reconnects
-        finally:
-            lean.close()
-            await client.aclose()
 
     asyncio.run(main())
     sync.close()
@@ -56,18 +64,12 @@ def test_hget_reads_a_field_in_order_with_gets(redis_url: str) -> None:
     sync.set("plain", "value")
 
     async def main() -> None:
-        client = aioredis.Redis.from_url(redis_url)
-        lean = LeanGet.for_client(client)
-        assert lean is not None
-        try:
+        async with lean_on(redis_url) as lean:
             values = await asyncio.gather(lean.hget("entry", b"c"), lean.get("plain"), lean.hget("entry", b"m"),
                                           lean.hget("gone", b"c"), lean.hget("entry", b"v"))
             assert values == [b"completion", b"value", None, None, b"vector"]
             with pytest.raises(ResponseError):
                 await lean.hget("plain", b"c")  # wrong type: an error reply, as redis-py raises it
-        finally:
-            lean.close()
-            await client.aclose()
 
     asyncio.run(main())
     sync.close()
@@ -80,10 +82,7 @@ def test_a_stalled_connection_is_replaced_after_a_timeout(redis_url: str) -> Non
     admin.set("k", "v")
 
     async def main() -> None:
-        client = aioredis.Redis.from_url(redis_url)
-        lean = LeanGet.for_client(client)
-        assert lean is not None
-        try:
+        async with lean_on(redis_url) as lean:
             assert await lean.get("k") == b"v"
             stalled = lean._conn
             admin.execute_command("CLIENT", "PAUSE", 5000, "ALL")
@@ -97,9 +96,6 @@ def test_a_stalled_connection_is_replaced_after_a_timeout(redis_url: str) -> Non
                 admin.execute_command("CLIENT", "UNPAUSE")
             assert await lean.get("k") == b"v"
             assert lean._conn is not stalled
-        finally:
-            lean.close()
-            await client.aclose()
 
     asyncio.run(main())
     admin.close()
