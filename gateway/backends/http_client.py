@@ -24,7 +24,24 @@ import httptools
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers together; more is not an HTTP API answering
 HIGH_WATER = 256 * 1024  # unread body bytes at which the socket stops being read (the consumer lags)
+MAX_INFLATED = 64 * 1024 * 1024  # decompressed bytes one response may grow to (a gzip bomb stops here)
 IDLE_S = 15.0  # an idle keep-alive connection older than this is closed, not reused (as aiohttp did)
+
+# Request headers a configuration may not set: the client writes the framing and the Host itself, and hop-by-hop
+# headers would change how the connection behaves (a second Content-Length is request smuggling).
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive",
+                              "proxy-connection", "te", "trailer", "upgrade"})
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a configured request header cannot be sent (None when it can)."""
+    if not name or any(c in name for c in ":\r\n\0 \t"):
+        return "is not a valid header name"
+    if name.lower() in RESERVED_HEADERS:
+        return "is set by the gateway itself (framing, hop-by-hop or Host) and cannot be configured"
+    if any(c in value for c in "\r\n\0"):
+        return "has a value with CR, LF or NUL, which HTTP cannot carry"
+    return None
 
 
 class HTTPClientError(Exception):
@@ -72,7 +89,7 @@ class Connection(asyncio.Protocol):
         self.released = False
         self.status = 0
         self._header_list: list[tuple[bytes, bytes]] = []
-        self._framed = False  # a Content-Length or Transfer-Encoding header came
+        self._framed = False  # a Content-Length, or a Transfer-Encoding with chunked, header came
         self._encoding = b""  # the Content-Encoding header's value, lower case
         self._body: list[bytes] = []
         self._buffered = 0
@@ -86,6 +103,7 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._until_eof = False  # no Content-Length and not chunked: the body ends when the socket does
         self._decoder: Any = None
+        self._inflated = 0  # decompressed bytes so far (-1: no compressed byte came yet)
         self._keep_alive = False
         self._bad: str | None = None  # why a callback stopped the parser
         # One timer per exchange: at the first-byte deadline, which re-arms itself for the total deadline if
@@ -98,6 +116,7 @@ class Connection(asyncio.Protocol):
     # ---- asyncio.Protocol -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._pool._conns.add(self)
 
     def data_received(self, data: bytes) -> None:
         if self.idle or self.complete:
@@ -122,12 +141,13 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._pool._conns.discard(self)
         if self.idle:
             self._pool._forget(self)
             return
         if self.complete or self._error is not None:
             return
-        if self._until_eof and self._head_done:
+        if self._until_eof and self._head_done and exc is None:  # a reset (exc) cuts the body: not its end
             self._finish_body()
         elif not self._got_bytes:
             self._fail(Disconnected("upstream closed the connection before answering"))
@@ -142,6 +162,8 @@ class Connection(asyncio.Protocol):
 
     # ---- httptools callbacks --------------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        if self.complete:  # a second response in the same read as the first: framing can't be trusted
+            self._abort("bytes after the response")
         self._header_list = []
         self._head_size = 0
         self._framed = False
@@ -156,8 +178,8 @@ class Connection(asyncio.Protocol):
         # Only the framing headers are looked at here; the rest are decoded if someone asks (`headers`).
         if len(name) in (14, 16, 17):
             lower = name.lower()
-            if lower == b"content-length" or lower == b"transfer-encoding":
-                self._framed = True
+            if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
+                self._framed = True  # else (TE gzip alone, say) the body runs to the socket's end
             elif lower == b"content-encoding":
                 self._encoding = value.strip().lower()
 
@@ -188,10 +210,14 @@ class Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         if self._decoder is not None:
-            try:
-                body = self._decoder.decompress(body)
+            inflated = max(self._inflated, 0)
+            try:  # output capped: past MAX_INFLATED the rest stays in unconsumed_tail
+                body = self._decoder.decompress(body, MAX_INFLATED - inflated + 1)
             except zlib.error as e:
                 self._abort(f"body does not decompress: {e}")
+            self._inflated = inflated + len(body)
+            if self._inflated > MAX_INFLATED or self._decoder.unconsumed_tail:
+                self._abort(f"decompressed body over {MAX_INFLATED} bytes")
         self._body.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -228,6 +254,7 @@ class Connection(asyncio.Protocol):
         self._head_done = self.complete = self._got_bytes = self._until_eof = self._keep_alive = False
         self._head_bytes = 0
         self._decoder = None
+        self._inflated = -1
         self._total_at = total_at
         if first_at is not None and first_at < total_at:
             self._first_pending = True
@@ -296,10 +323,14 @@ class Connection(asyncio.Protocol):
 
     # ---- internals -----------------------------------------------------------------------------------
     def _finish_body(self) -> None:
-        if self._decoder is not None:
-            tail = self._decoder.flush()
+        decoder = self._decoder
+        if decoder is not None:
+            tail = decoder.flush()
             if tail:
                 self._body.append(tail)
+            if not decoder.eof and self._inflated >= 0:  # compressed bytes came, but not the stream's end
+                self._fail(BadResponse("compressed body is truncated"))
+                return
         self.complete = True
         self._stop_timers()
         self._wake()
@@ -355,12 +386,15 @@ class Pool:
         self._idle: list[Connection] = []
         self._open = 0  # idle, busy and connecting together
         self._waiters: deque[asyncio.Future] = deque()
+        self._conns: set[Connection] = set()  # every open one, idle or busy: close() ends them all
         self._closed = False
 
     async def acquire(self, connect_timeout: float, limit_at: float, fresh: bool = False) -> Connection:
         """An open connection: the most recently used idle one, a new one, or the next one released; `fresh`:
         never an idle one (they are closed: one turned out dead, the others are as old).
         Raises ConnectFailed, ConnectTimedOut, or TimedOut when `limit_at` (loop time) passes first."""
+        if self._closed:
+            raise ConnectFailed("the backend is shutting down")
         idle = self._idle
         if idle:
             stale_at = self.loop.time() - IDLE_S
@@ -408,14 +442,14 @@ class Pool:
         except BaseException as e:
             # The deadline or a cancel can land in the same loop pass as the turn (a connection or a slot
             # handed to this waiter): pass it on, or it is lost and `_open` never comes back down.
-            if waiter.done() and not waiter.cancelled():
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 handed = waiter.result()
                 if handed is None:
                     self._open -= 1
                     self._wake_one()
                 else:
                     self.release(handed)
-            else:
+            elif not waiter.done():
                 waiter.cancel()
             if isinstance(e, TimeoutError):
                 raise TimedOut("queue") from None
@@ -472,9 +506,17 @@ class Pool:
                 return
 
     def close(self) -> None:
+        """Close every connection: idle ones, and busy ones (their exchange fails); queued callers fail."""
         self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.idle = False
             conn.close()
         self._open -= len(idle)
+        for conn in list(self._conns):
+            conn._fail(BadResponse("the backend is shutting down"))
+        self._conns.clear()
+        waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectFailed("the backend is shutting down"))

@@ -27,6 +27,7 @@ from gateway.backends.http_client import (
     HTTPClientError,
     Pool,
     TimedOut,
+    header_problem,
 )
 from gateway.backends.sse import SSEEvent, SSEParser, SSEProtocolError
 from gateway.errors import error_body
@@ -35,6 +36,7 @@ from gateway.metrics import Metrics
 DRAIN_S = 1.0  # after the terminal event, wait this long for the body's end before dropping the connection
 READY_TIMEOUTS = Timeouts(connect=2.0, first_byte=3.0, total=3.0)
 ERROR_BODY_LIMIT = 1 << 20  # read at most this much of an error body
+MAX_BODY = 64 * 1024 * 1024  # a JSON answer larger than this is not an answer: protocol error
 ERROR_BODY_S = 5.0  # ... for at most this long: a 429 whose body hangs must not hold the caller for `total`
 USER_AGENT = "llm-gateway"
 
@@ -117,11 +119,18 @@ class HTTPUpstream:
         if parts.port is not None and parts.port != (443 if self._tls else 80):
             host = f"{host}:{parts.port}"
         # Values stripped: outer whitespace means nothing in HTTP, and a key read from a file often ends in "\n".
+        # The policy loader rejects these already; checked again for backends built another way.
+        configured = {k: str(v).strip() for k, v in headers.items()}
+        for key, value in configured.items():
+            if (problem := header_problem(key, value)) is not None:
+                raise ValueError(f"backend {name}: header {key!r} {problem}")
+        # Merged by lower-cased name: a configured `content-type` replaces the default, not a second line.
         all_headers = {"Host": host, "User-Agent": USER_AGENT, "Accept": "*/*", "Accept-Encoding": "identity",
-                       "Content-Type": "application/json", **{k: str(v).strip() for k, v in headers.items()}}
-        for key, value in all_headers.items():
-            if any(c in f"{key}{value}" for c in "\r\n\0") or not key or ":" in key:
-                raise ValueError(f"backend {name}: header {key!r} has a name or value HTTP cannot carry")
+                       "Content-Type": "application/json"}
+        for key, value in configured.items():
+            for default in [d for d in all_headers if d.lower() == key.lower()]:
+                del all_headers[default]
+            all_headers[key] = value
         # Every header line but Content-Length, written once: a request is this plus the length and the body.
         self._static_head = "".join(f"{k}: {v}\r\n" for k, v in all_headers.items()).encode("latin-1")
         self._heads: dict[tuple[str, str], bytes] = {}
@@ -186,8 +195,13 @@ class HTTPUpstream:
         if not rest:
             return first
         parts = [first, rest]
+        size = len(first) + len(rest)
         while data := await conn.read():
             parts.append(data)
+            size += len(data)
+            if size > MAX_BODY:
+                conn.close()
+                raise BadResponse(f"response body over {MAX_BODY} bytes")
         return b"".join(parts)
 
     async def list_models(self, path: str, fallback: list[str]) -> list[str]:
@@ -333,8 +347,13 @@ class HTTPUpstream:
             except ConnectFailed as e:
                 raise self._tracked(track, BackendError("connect", f"cannot connect to {url}: {e}", 502,
                                                         retryable=True)) from None
-            except TimedOut:
-                raise self._tracked(track, self._head_timeout(first_at < total_at, stream, timeouts)) from None
+            except TimedOut as e:
+                # Queued for a slot, or connecting, past the request's deadline: say so, not "no headers".
+                what = (f"waited for a free connection (max_connections={self._max_connections})"
+                        if e.phase == "queue" else "opening a connection")
+                deadline = (f"first_byte {timeouts.first_byte}s" if first_at < total_at
+                            else f"total {timeouts.total}s")
+                raise self._tracked(track, self._timeout(f"{what} past the {deadline} deadline", True)) from None
             conn.send(data, first_at, total_at, stream)
             try:
                 await conn.head()
@@ -356,7 +375,7 @@ class HTTPUpstream:
             except BaseException:  # cancelled (the caller's own deadline, a client gone): drop the socket
                 conn.release()
                 raise
-            if conn.status >= 400:
+            if conn.status >= 300:  # a redirect is not followed: the base_url is wrong
                 raise self._tracked(track, await self._status_error(conn, f"{method} {url}"))
             return conn
         raise AssertionError("unreachable: the second attempt returns or raises")
@@ -380,6 +399,10 @@ class HTTPUpstream:
         preview = raw[:500].decode("utf-8", "replace").strip()
         # For the log only (tenants get a generic message): which URL, and what the upstream said.
         message = f"{what} answered HTTP {status}: {preview or '(empty body)'}"
+        if status < 400:
+            location = conn.headers.get("location")
+            return BackendError("protocol", f"{message} (redirect to {location!r}: is the base_url right?)", 502,
+                                False)
         retry_after = parse_retry_after(conn.headers)
         if status == 429:
             return BackendError("status_429", message, 429, True, body, retry_after)

@@ -303,11 +303,15 @@ def _check_engine_options(cfg: BackendConfig, check: Checker) -> None:
 
 
 def _headers(raw: Any, path: str, check: Checker) -> dict[str, str]:
+    from gateway.backends.http_client import header_problem
+
     m = check.mapping(raw, path, allowed=_AnyKey())
     out: dict[str, str] = {}
     for key, value in (m or {}).items():
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             check.error(join(path, key), "header values must be strings")
+        elif (problem := header_problem(str(key), str(value).strip())) is not None:
+            check.error(join(path, key), f"header {problem}")
         else:
             out[key] = str(value)
     return out

@@ -18,10 +18,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gateway.backends.base import BackendError, Timeouts
-from gateway.backends.http_client import Disconnected, TimedOut
+from gateway.backends.http_client import BadResponse, Disconnected, TimedOut
 from gateway.backends.sse import SSEEvent
 from gateway.backends.upstream import HTTPUpstream
 from gateway.metrics import Metrics
+from tests.config.policy_text import BACKENDS, ROUTES, error_at
 
 T = Timeouts(connect=2.0, first_byte=2.0, total=5.0)
 ANSWER = b'{"id":"x","object":"chat.completion","choices":[]}'
@@ -174,7 +175,7 @@ async def test_queued_caller_times_out_and_leaves_the_pool_usable(raw) -> None:
     await asyncio.sleep(0)
     with pytest.raises(BackendError) as e:
         await chat(up, Timeouts(connect=1, first_byte=0.01, total=5))
-    assert e.value.reason == "timeout" and "headers" in e.value.message
+    assert e.value.reason == "timeout" and "free connection (max_connections=1)" in e.value.message
     assert (await slow)["id"] == "x" and (await chat(up))["id"] == "x"
     assert rs.connections == 1
 
@@ -313,3 +314,80 @@ async def test_idle_connection_older_than_the_keep_alive_limit_is_not_reused(raw
     up._pool._idle[0].idle_since -= 60  # as if it sat idle a minute
     await chat(up)
     assert rs.connections == 2 and up._pool._open == 1
+
+
+async def test_second_response_in_the_same_read_closes_the_connection(raw) -> None:
+    rs, up = await raw(lambda c, r: ok() + ok(b'{"id":"y"}'))
+    assert (await chat(up))["id"] == "x"  # the first body alone, not both run together
+    assert (await chat(up))["id"] == "x" and rs.connections == 2
+
+
+MORE_HOSTILE = {
+    # Valid JSON either way: only the missing gzip trailer, or the size, makes these errors.
+    "gzip cut short": ok(gzip.compress(ANSWER)[:-8], b"Content-Encoding: gzip\r\n"),
+    "gzip bomb": ok(gzip.compress(b'{"id":"x","pad":"' + b"a" * (65 << 20) + b'"}'), b"Content-Encoding: gzip\r\n"),
+}
+
+
+@pytest.mark.parametrize("answer", MORE_HOSTILE.values(), ids=MORE_HOSTILE.keys())
+async def test_more_hostile_answers_are_protocol_errors(raw, answer: bytes) -> None:
+    rs, up = await raw(lambda c, r: answer)
+    with pytest.raises(BackendError) as e:
+        await chat(up)
+    assert (e.value.reason, e.value.status) == ("protocol", 502)
+
+
+async def test_transfer_encoding_without_chunked_is_a_body_to_the_end_of_the_socket(raw) -> None:
+    rs, up = await raw(lambda c, r: [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n" + ANSWER, None])
+    assert (await chat(up))["id"] == "x"
+
+
+async def test_redirect_is_a_non_retryable_error_naming_the_location(raw) -> None:
+    rs, up = await raw(lambda c, r: b"HTTP/1.1 301 Moved\r\nLocation: https://elsewhere/v1\r\nContent-Length: 0\r\n\r\n")
+    with pytest.raises(BackendError) as e:
+        await chat(up)
+    assert (e.value.reason, e.value.status, e.value.retryable) == ("protocol", 502, False)
+    assert "https://elsewhere/v1" in e.value.message
+
+
+async def test_reset_during_a_close_delimited_body_is_not_its_end(raw) -> None:
+    rs, up = await raw(lambda c, r: b"HTTP/1.1 200 OK\r\n\r\n{\"id\":")
+    await up.start()
+    pool = up._pool
+    assert pool is not None
+    conn = await pool.acquire(1.0, pool.loop.time() + 5)
+    conn.send(b"GET / HTTP/1.1\r\n\r\n", pool.loop.time() + 5, pool.loop.time() + 5)
+    await conn.head()
+    conn.connection_lost(ConnectionResetError())
+    with pytest.raises(BadResponse):
+        await conn.read_all(1000)
+    conn.release()
+
+
+async def test_pool_close_fails_busy_exchanges_and_queued_callers(raw) -> None:
+    rs, up = await raw(lambda c, r: [b"HTTP/1.1 200 OK\r\n"], max_connections=1)  # headers never end
+    busy = asyncio.ensure_future(chat(up))
+    await asyncio.sleep(0.05)  # in flight (the outcome, not the time, is asserted)
+    queued = asyncio.ensure_future(chat(up))
+    await asyncio.sleep(0)
+    await up.close()
+    for task in (busy, queued):
+        with pytest.raises(BackendError) as e:
+            await task
+        assert e.value.status == 502
+
+
+def test_configured_headers_merge_case_insensitively_and_reserved_ones_are_refused() -> None:
+    up = HTTPUpstream("h", "http://127.0.0.1:1/v1", {"content-type": "text/plain", "X-Key": "k\n"}, 1, Metrics())
+    head = up._static_head.lower()
+    assert head.count(b"content-type:") == 1 and b"content-type: text/plain\r\n" in head and b"x-key: k\r\n" in head
+    for bad in ({"Content-Length": "5"}, {"host": "evil"}, {"Transfer-Encoding": "chunked"}, {"X-A": "a\r\nB: c"}):
+        with pytest.raises(ValueError):
+            HTTPUpstream("h", "http://127.0.0.1:1/v1", bad, 1, Metrics())
+
+
+@pytest.mark.parametrize("header", ["Content-Length: '5'", "host: evil", "Connection: close", '"X-A": "a\\r\\nB: c"'])
+def test_policy_refuses_headers_the_client_cannot_send(header: str) -> None:
+    text = BACKENDS + f"  up: {{type: openai, base_url: 'http://x:1', headers: {{{header}}}}}   # <-\n" + ROUTES
+    name = header.split(":")[0].strip('"')
+    assert "header " in error_at(text, f"backends.up.headers.{name}").message
