@@ -20,7 +20,8 @@ an answer, and the pair passes only if both carry the same facts:
   countries, cities, and common nouns users put one for another: animals, foods, drinks, organs, languages,
   dynasties, sports; any case, EN and ZH spellings as one thing) swapped for another, or reversed around a
   direction word, however the rest was reworded ("read a file in python" / "... in java", 北京 / 上海,
-  咖啡 / 茶); arrows read "to" and a slash between two words "per" ("USD/EUR" / "EUR/USD");
+  咖啡 / 茶); arrows read "to" and a slash between two currencies or units "per" ("USD/EUR" / "EUR/USD"),
+  between other words "or" ("he/she");
 - a content word swapped for another in otherwise equal texts (EN and ZH).
 
 Before comparing, a word of one text that is one typo away from a word of the other ("warrenty"/"warranty")
