@@ -5,7 +5,7 @@
 The fake upstream and the load generator share core 0; the proxy under test (pass-through or gateway, one at
 a time, caches off, one worker) runs alone on core 1. Prints added latency P50/P99 at C=1 and at a fixed
 offered rate (open loop), maximum RPS at C=64, streaming and not, and exact-cache hits at C=32 (a second route,
-`fake-model-2`, with L1 on an embedded Redis) against the pass-through's misses at C=32.
+`fake-model-2`, with L1 on a private Redis that runs on core 0) against the pass-through's misses at C=32.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ def spawn(cmd: list[str], core: int) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL)
 
 
-def gateway_policy(upstream_port: int, data_dir: str) -> str:
+def gateway_policy(upstream_port: int, data_dir: str, redis_url: str) -> str:
     return f"""
-redis: {{url: embedded}}
+redis: {{url: "{redis_url}"}}
 server: {{data_dir: "{data_dir}"}}
 backends:
   up: {{type: openai, base_url: "http://127.0.0.1:{upstream_port}/v1"}}
@@ -93,9 +93,14 @@ def main() -> None:
     up_port, pt_port, gw_port = free_port(), free_port(), free_port()
     procs = [spawn([sys.executable, "bench/serve_fake.py", str(up_port)], 0)]
     results: dict[str, dict[str, Result]] = {}
+    from tests.helpers import RedisServer
+
+    # Redis is a service of its own, as in a deployment: on core 0 with the upstream and the load generator,
+    # not on the gateway's core (an embedded Redis there would compete with the gateway it serves).
+    redis = RedisServer().start()
     with tempfile.TemporaryDirectory() as tmp:
         policy = Path(tmp) / "policy.yaml"
-        policy.write_text(gateway_policy(up_port, tmp))
+        policy.write_text(gateway_policy(up_port, tmp, redis.url))
         try:
             wait_port(up_port)
             results["direct"] = asyncio.run(measure(f"http://127.0.0.1:{up_port}", args.quick))
@@ -113,6 +118,7 @@ def main() -> None:
             for p in procs:
                 p.terminate()
                 p.wait(10)
+            redis.stop()
     report(results)
 
 
