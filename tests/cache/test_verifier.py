@@ -156,7 +156,7 @@ def test_chinese_words_holding_a_name_name_nothing(text: str) -> None:
 def test_a_hostile_pair_at_the_window_limit_gets_a_verdict() -> None:
     """The verifier runs on the event loop: every order check caps the terms it pairs, so a pair of texts at
     the embedding window (~254 word pieces) of unique words in reversed order, or 250 Chinese characters
-    reversed, is answered (a few ms by hand; it was ~0.2 s), not a timing assertion here."""
+    reversed, is answered (1.5-8 ms by hand; it was ~0.1-0.2 s), not a timing assertion here."""
     words = sorted(w for w in lx.EN_COMMON_WORDS if w.isalpha() and len(w) > 3)[:250]
     assert len(words) >= 150
     en = "my " + " ".join(words)
