@@ -422,6 +422,9 @@ class Pool:
             self._open -= 1
             self._wake_one()
             raise
+        if self._closed:  # closed while this one was connecting: it would outlive the pool
+            conn.close()
+            raise ConnectFailed("the backend is shutting down")
         # Slots freed by dropping idle connections while callers queue (rare: a queue means none was idle).
         while self._waiters and self._open < self.limit:
             self._wake_one()

@@ -365,9 +365,15 @@ async def test_reset_during_a_close_delimited_body_is_not_its_end(raw) -> None:
 
 
 async def test_pool_close_fails_busy_exchanges_and_queued_callers(raw) -> None:
-    rs, up = await raw(lambda c, r: [b"HTTP/1.1 200 OK\r\n"], max_connections=1)  # headers never end
+    got = asyncio.Event()
+
+    def script(c: int, r: int) -> object:
+        got.set()  # the upstream has the request: the exchange is in flight
+        return [b"HTTP/1.1 200 OK\r\n"]  # headers that never end
+
+    rs, up = await raw(script, max_connections=1)
     busy = asyncio.ensure_future(chat(up))
-    await asyncio.sleep(0.05)  # in flight (the outcome, not the time, is asserted)
+    await got.wait()
     queued = asyncio.ensure_future(chat(up))
     await asyncio.sleep(0)
     await up.close()
