@@ -29,10 +29,9 @@ class ExactCache:
         self._redis = redis
         self._lookup_guard = lookup_guard
         self._store_guard = store_guard
-        # Lookups are the hot path of every hit: pipelined on one connection where the server allows it. The
-        # semantic cache reads its hits' completions on the same connection (the stage hands it `lean`).
-        self.lean = LeanGet.for_client(redis)
-        self._read = self.lean.get if self.lean is not None else redis.get
+        # Lookups are the hot path of every hit: pipelined on one connection where the server allows it.
+        self._lean = LeanGet.for_client(redis)
+        self._read = self._lean.get if self._lean is not None else redis.get
 
     async def get(self, ns: str, digest: str) -> Stored | None:
         """Raises RedisUnavailable when Redis is slow or down (the caller treats it as a miss)."""
@@ -44,8 +43,8 @@ class ExactCache:
         return Stored(completion=doc["c"], stored_at=doc["at"])
 
     def close(self) -> None:
-        if self.lean is not None:
-            self.lean.close()
+        if self._lean is not None:
+            self._lean.close()
 
     async def put(self, tenant: str, model: str, ns: str, digest: str, completion: dict, ttl_s: float) -> None:
         now = time.time()

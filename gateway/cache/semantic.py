@@ -24,8 +24,8 @@ from gateway.cache import keyspace as ks
 from gateway.cache.exact import namespace_member
 from gateway.cache.index import EntryMeta
 from gateway.cache.keys import SemanticQuery
+from gateway.cache.lean_get import LeanGet
 from gateway.cache.verifier import verify as verify_pair
-from gateway.deadline import LoopTimeout
 from gateway.redis_client import execute_partial
 from gateway.redis_guard import RedisUnavailable
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
     from gateway.cache.config import SemanticConfig
     from gateway.cache.judge import Judge
-    from gateway.cache.lean_get import LeanGet
     from gateway.cache.worker import SemanticWorker
     from gateway.redis_guard import RedisGuard
 
@@ -63,7 +62,7 @@ def entry_id(scope: str, text: str) -> str:
 
 class SemanticCache:
     def __init__(self, redis: aioredis.Redis, lookup_guard: RedisGuard, store_guard: RedisGuard,
-                 worker: SemanticWorker, lean: LeanGet | None) -> None:
+                 worker: SemanticWorker) -> None:
         self._redis = redis
         self._lookup_guard = lookup_guard
         self._store_guard = store_guard
@@ -76,8 +75,7 @@ class SemanticCache:
         self._toucher: asyncio.Task | None = None
         self._touch_now = asyncio.Event()  # set: write the gathered uses without waiting out TOUCH_DELAY_S
         self._reading = False  # a lone completion read is in flight (others meanwhile are pipelined)
-        # The exact cache's pipelined connection (its owner closes it); None where the server needs redis-py.
-        self._lean = lean
+        self._lean = LeanGet.for_client(redis)  # None where the server needs redis-py (TLS, cluster)
         self.synced = asyncio.Event()  # set once the start-up load finished and the stream is followed
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
@@ -111,6 +109,8 @@ class SemanticCache:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._lean is not None:
+            self._lean.close()
 
     async def drain(self) -> None:
         """Wait for background stores and LRU updates (tests and benchmarks)."""
@@ -138,11 +138,8 @@ class SemanticCache:
             return Outcome("unavailable")
         if not self.worker.indexes.has_entries(query.scope):
             return Outcome("miss")  # nothing to compare with: skip the embedding, the store computes it
-        # Not asyncio.timeout: when the loop lags, a result the worker already handed back would lose to the
-        # timer's cancel and a finished lookup would count as a timeout (deadline.py).
-        deadline = LoopTimeout(deadline_s) if deadline_s is not None else contextlib.nullcontext()
         try:
-            async with deadline:
+            async with asyncio.timeout(deadline_s):
                 vector, candidates = await self.worker.lookup(query.text, query.scope)
         except TimeoutError:
             return Outcome("timeout")

@@ -94,8 +94,7 @@ class CacheStage:
                                          redis=self._redis)
         self.exact = ExactCache(self._redis, self.lookup_guard, self.store_guard)
         self.worker = worker or SemanticWorker(shared_embedder, DIM)
-        self.semantic = SemanticCache(self._redis, self.semantic_guard, self.store_guard, self.worker,
-                                      self.exact.lean)  # one pipelined connection for both layers' hit reads
+        self.semantic = SemanticCache(self._redis, self.semantic_guard, self.store_guard, self.worker)
         self.counts: Counter[tuple[str, str]] = Counter()
         r = self.metrics.registry
         self._stores = PromCounter("gateway_cache_stores", "Cache stores", ["layer", "result"], registry=r)

@@ -88,7 +88,9 @@ def _deliver(outcomes: list[tuple[asyncio.Future, Any, BaseException | None]]) -
     for future, result, error in outcomes:
         if future.done():
             continue
-        if error is not None:
+        if isinstance(error, asyncio.CancelledError):
+            future.cancel()
+        elif error is not None:
             future.set_exception(error)
         else:
             future.set_result(result)
@@ -106,19 +108,8 @@ def _reply(outcomes: list[tuple[asyncio.Future, Any, BaseException | None]]) -> 
             pass
 
 
-def _fail_all(items: list[_Item], error: BaseException) -> None:
-    """From the thread, after a crash: the plainest way back to every waiter (no batching code that may be
-    what failed)."""
-    for item in items:
-        try:
-            item.future.get_loop().call_soon_threadsafe(_deliver, [(item.future, None, error)])
-        except Exception:  # that loop is closed: nobody waits any more
-            pass
-
-
 Candidates = list[tuple[EntryMeta, float]]
 WARM_UP_TEXT = "How do I warm up the embedding model?"  # the first forward pass is several times slower
-CLOSE_JOIN_S = 5.0  # close() waits this long for the item the thread is running (an encode, a bulk index load)
 
 
 class SemanticWorker:
@@ -132,9 +123,6 @@ class SemanticWorker:
         # asyncio wrapper, the job's future) cost ~0.2 ms of hand-offs per C=1 hit on one core (~0.03 ms now).
         self._queue: queue.SimpleQueue[list[_Item] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        # Guards `_thread` between _flush (loop) and a crashing thread: an item is either queued before the
-        # crashed thread fails what is queued, or after, for the thread _flush starts anew. Uncontended otherwise.
-        self._thread_lock = threading.Lock()
         self._outbox: list[_Item] = []  # items submitted in this loop turn, queued together at its end
         self._closed = False
         self._encoder: Encoder | None = None
@@ -230,46 +218,16 @@ class SemanticWorker:
         items, self._outbox = self._outbox, []
         if not items:
             return
-        with self._thread_lock:
-            if self._thread is None:  # first use, or the last thread crashed
-                thread = threading.Thread(target=self._serve, name="semantic-cache", daemon=True)
-                try:
-                    thread.start()
-                except Exception as e:  # "can't start new thread": fail these callers; the next post retries
-                    log.error("semantic cache: worker thread could not start: %s", e)
-                    error = RuntimeError(f"semantic worker thread could not start: {e}")
-                    for item in items:
-                        if not item.future.done():
-                            item.future.set_exception(error)
-                    return
-                self._thread = thread
-            self._queue.put(items)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="semantic-cache", daemon=True)
+            self._thread.start()
+        self._queue.put(items)
 
     def _serve(self) -> None:
-        pending: deque[_Item] = deque()
-        running: list[_Item] = []  # the item or batch in hand, for the crash path below
-        try:
-            self._serve_items(pending, running)
-        except BaseException as e:  # a bug or a BaseException: nobody may await forever, and the next post restarts
-            log.critical("semantic cache: worker thread crashed; failing its queue", exc_info=e)
-            error = RuntimeError(f"semantic worker crashed: {e!r}")
-            with self._thread_lock:
-                self._thread = None
-                queued = [*running, *pending]
-                while True:
-                    try:
-                        items = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if items is not None:  # a close sentinel: no thread left to stop
-                        queued.extend(items)
-            _fail_all(queued, error)
-
-    def _serve_items(self, pending: deque[_Item], running: list[_Item]) -> None:
         """The thread: everything queued while it was busy is taken at once, so lookups that gathered meanwhile
         form the next batch (micro-batching: at C=64 one forward pass serves many requests). FIFO otherwise."""
+        pending: deque[_Item] = deque()
         while True:
-            running.clear()
             if not pending:
                 items = self._queue.get()
                 if items is None:
@@ -284,11 +242,10 @@ class SemanticWorker:
                     self._closed = True
                     break
                 pending.extend(items)
-            if self._closed:  # what `_post` raises after close, not a cancellation nobody asked for
-                _reply([(item.future, None, RuntimeError("semantic worker closed")) for item in pending])
+            if self._closed:
+                _reply([(item.future, None, asyncio.CancelledError()) for item in pending])
                 return
             item = pending.popleft()
-            running.append(item)
             if isinstance(item, _Call):
                 if item.future.done():  # its caller was cancelled before it ran, as an executor would skip it
                     continue
@@ -302,7 +259,6 @@ class SemanticWorker:
             limit = self.max_batch if self.batching else 1
             while pending and isinstance(pending[0], _Job) and len(batch) < limit:
                 batch.append(pending.popleft())  # type: ignore[arg-type]
-            running[:] = batch
             # Lookups whose deadline passed while they queued were cancelled by their caller: skip them. (A
             # read of the future's state from this thread; a stale answer costs one encode, nothing more.)
             batch = [job for job in batch if not job.future.done()]
@@ -354,13 +310,6 @@ class SemanticWorker:
             self._load_task.cancel()
         if self._closed:
             return
-        self._flush()  # what was submitted this turn fails with the rest, not stranded
+        self._flush()  # what was submitted this turn is cancelled with the rest, not stranded
         self._closed = True
-        thread = self._thread
-        self._queue.put(None)  # the thread finishes the item it is running, fails the rest and ends
-        if thread is None:
-            return
-        # Wait for that item, so no encode or index load runs on into interpreter shutdown (inside ORT/FAISS).
-        await asyncio.to_thread(thread.join, CLOSE_JOIN_S)
-        if thread.is_alive():
-            log.warning("semantic cache: worker thread still busy %.0fs after close; left running", CLOSE_JOIN_S)
+        self._queue.put(None)  # the thread finishes the item it is running, cancels the rest and ends

@@ -1,31 +1,16 @@
-"""The cache's pipelined GET/HGET on a real Redis: replies matched in order (even past a caller that gave up),
-error replies raised as redis-py does, a dropped or stalled connection replaced."""
+"""The exact cache's pipelined GET on a real Redis: replies matched in order (even past a caller that gave up),
+error replies raised as redis-py does, a dropped connection replaced on the next GET."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from gateway.cache.lean_get import LeanGet
-
-
-@contextlib.asynccontextmanager
-async def lean_on(redis_url: str) -> AsyncIterator[LeanGet]:
-    client = aioredis.Redis.from_url(redis_url)
-    lean = LeanGet.for_client(client)
-    assert lean is not None
-    try:
-        yield lean
-    finally:
-        lean.close()
-        await client.aclose()
 
 
 def test_many_gets_in_flight_get_their_own_values(redis_url: str) -> None:
@@ -34,7 +19,10 @@ def test_many_gets_in_flight_get_their_own_values(redis_url: str) -> None:
     sync.lpush("a-list", "x")  # GET on a list is an error reply
 
     async def main() -> None:
-        async with lean_on(redis_url) as lean:
+        client = aioredis.Redis.from_url(redis_url)
+        lean = LeanGet.for_client(client)
+        assert lean is not None
+        try:
             await lean.get("k0")  # connected
             slow = asyncio.ensure_future(lean.get("k0"))
             await asyncio.sleep(0)  # sent ...
@@ -47,6 +35,9 @@ def test_many_gets_in_flight_get_their_own_values(redis_url: str) -> None:
             sync.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")  # drop the connection
             await asyncio.sleep(0.05)
             assert await lean.get("k8") == b"v8"  # the loss was noticed and the next GET reconnects
+        finally:
+            lean.close()
+            await client.aclose()
 
     asyncio.run(main())
     sync.close()
@@ -57,45 +48,24 @@ def test_tls_clients_keep_redis_py() -> None:
 
 
 def test_hget_reads_a_field_in_order_with_gets(redis_url: str) -> None:
-    """A semantic hit's completion read (HGET) shares the pipelined connection with exact GETs (the stage hands
-    the exact cache's LeanGet to the semantic cache)."""
+    """A semantic hit's completion read (HGET) shares the pipelined connection with exact GETs."""
     sync = redis.Redis.from_url(redis_url)
     sync.hset("entry", mapping={"c": b"completion", "v": b"vector"})
     sync.set("plain", "value")
 
     async def main() -> None:
-        async with lean_on(redis_url) as lean:
+        client = aioredis.Redis.from_url(redis_url)
+        lean = LeanGet.for_client(client)
+        assert lean is not None
+        try:
             values = await asyncio.gather(lean.hget("entry", b"c"), lean.get("plain"), lean.hget("entry", b"m"),
                                           lean.hget("gone", b"c"), lean.hget("entry", b"v"))
             assert values == [b"completion", b"value", None, None, b"vector"]
             with pytest.raises(ResponseError):
                 await lean.hget("plain", b"c")  # wrong type: an error reply, as redis-py raises it
+        finally:
+            lean.close()
+            await client.aclose()
 
     asyncio.run(main())
     sync.close()
-
-
-def test_a_stalled_connection_is_replaced_after_a_timeout(redis_url: str) -> None:
-    """A reply given up on that does not come (Redis paused) drops the connection: a lookup queued behind it
-    fails (a miss) instead of waiting out the stall, and the next lookup connects anew."""
-    admin = redis.Redis.from_url(redis_url)
-    admin.set("k", "v")
-
-    async def main() -> None:
-        async with lean_on(redis_url) as lean:
-            assert await lean.get("k") == b"v"
-            stalled = lean._conn
-            admin.execute_command("CLIENT", "PAUSE", 5000, "ALL")
-            try:
-                with pytest.raises(TimeoutError):
-                    await asyncio.wait_for(lean.get("k"), 0.02)
-                behind = asyncio.ensure_future(lean.get("k"))  # pipelined behind the reply that does not come
-                with pytest.raises(RedisConnectionError):
-                    await behind  # failed when the stalled connection was dropped, long before the pause ends
-            finally:
-                admin.execute_command("CLIENT", "UNPAUSE")
-            assert await lean.get("k") == b"v"
-            assert lean._conn is not stalled
-
-    asyncio.run(main())
-    admin.close()
