@@ -7,14 +7,13 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from gateway.appkeys import BACKEND, GATEWAY, PREPARED, REQUEST_ID, ROUTE, STATUS
-from gateway.backends.base import Backend, BackendError, Timeouts
+from gateway.backends.base import STREAMED, WHOLE, BackendError
 from gateway.errors import GatewayError, bad_request
 from gateway.gateway import Gateway
 from gateway.pipeline import CHAT, COMPLETIONS, EMBEDDINGS, CacheControl, Endpoint, RequestContext, Stage
@@ -28,15 +27,6 @@ JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ENDPOINT_PARAMS: dict[Endpoint, str] = {CHAT: "messages", COMPLETIONS: "prompt", EMBEDDINGS: "input"}
 # The backend call that answers each endpoint, whole or streamed: explicit callables, not method names.
-WHOLE: dict[Endpoint, Callable[[Backend, dict, Timeouts], Awaitable[dict]]] = {
-    CHAT: lambda b, body, t: b.chat(body, t),
-    COMPLETIONS: lambda b, body, t: b.completions(body, t),
-    EMBEDDINGS: lambda b, body, t: b.embeddings(body, t),
-}
-STREAMED: dict[Endpoint, Callable[[Backend, dict, Timeouts], AsyncIterator[dict]]] = {
-    CHAT: lambda b, body, t: b.chat_stream(body, t),
-    COMPLETIONS: lambda b, body, t: b.completions_stream(body, t),
-}
 # A client's X-Request-Id is echoed in headers, logs and JSON only if it is plain visible ASCII of sane length;
 # anything else (control bytes, non-UTF-8, spaces) is replaced by a fresh id.
 REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}\Z")

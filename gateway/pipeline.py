@@ -82,7 +82,7 @@ class RequestContext:
 
 
 class Stage(Protocol):
-    endpoints: frozenset[str]  # the endpoints it serves; the gateway runs it for these only
+    endpoints: frozenset[Endpoint]  # the endpoints it serves; the gateway runs it for these only
 
     async def before(self, ctx: RequestContext) -> dict | None:
         """Return a complete chat.completion dict to answer from (a cache hit), or None to go on."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import GatewayError
+from gateway.pipeline import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,19 @@ class Backend(Protocol):
     async def check_ready(self) -> str | None:
         """None when reachable, else a short reason for /ready."""
         ...
+
+
+# The backend call for each endpoint, explicit (never a method name looked up by string): the handlers and the
+# engine replicas backend dispatch through these.
+WHOLE: dict[Endpoint, Callable[[Backend, dict, Timeouts], Awaitable[dict]]] = {
+    CHAT: lambda b, body, t: b.chat(body, t),
+    COMPLETIONS: lambda b, body, t: b.completions(body, t),
+    EMBEDDINGS: lambda b, body, t: b.embeddings(body, t),
+}
+STREAMED: dict[Endpoint, Callable[[Backend, dict, Timeouts], AsyncIterator[dict]]] = {
+    CHAT: lambda b, body, t: b.chat_stream(body, t),
+    COMPLETIONS: lambda b, body, t: b.completions_stream(body, t),
+}
 
 
 class BackendPool(Protocol):

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
-from gateway.backends.base import BackendError, Timeouts
+from gateway.backends.base import STREAMED, WHOLE, BackendError, Timeouts
 from gateway.backends.engine import EngineBackendBase
 from gateway.backends.engine_replicas import Replica, ReplicaSet, make_replicas
 from gateway.config.schema import BackendConfig
@@ -116,9 +116,7 @@ class EngineReplicasBackend(EngineBackendBase):
     async def _whole(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> dict:
         replica, ticket = await self._route(endpoint, body)
         try:
-            if endpoint == CHAT:
-                return await replica.client.chat(body, timeouts)
-            return await replica.client.completions(body, timeouts)
+            return await WHOLE[endpoint](replica.client, body, timeouts)
         except BackendError as e:
             self._note_failure(replica, e)
             raise
@@ -128,8 +126,7 @@ class EngineReplicasBackend(EngineBackendBase):
     async def _stream(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
         replica, ticket = await self._route(endpoint, body)
         try:
-            stream = replica.client.chat_stream(body, timeouts) if endpoint == CHAT else \
-                replica.client.completions_stream(body, timeouts)
+            stream = STREAMED[endpoint](replica.client, body, timeouts)
             async with aclosing(stream):
                 async for chunk in stream:
                     yield chunk
