@@ -217,6 +217,10 @@ async def _relay_stream(
                 await response.write_eof()
                 return response
             assembler.finish()
+            if assembler.complete:  # every choice ended: only then may a stage store it, and before [DONE], so
+                completion = assembler.result()  # a client that asks again the moment its stream ends finds it
+                for stage in stages:
+                    await stage.after(ctx, completion)
             await out.close(DONE_EVENT)
             await response.write_eof()
             ended = True
@@ -227,9 +231,6 @@ async def _relay_stream(
             # early. Shielded: a client that hangs up cancels this task.
             await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
     completion = assembler.result()
-    if assembler.complete:  # every choice ended: only then may a stage store it
-        for stage in stages:
-            await stage.after(ctx, completion)
     if ttft is not None:
         ttft_hist, tpot_hist = gw.metrics.stream_timings(route.name)
         ttft_hist.observe(ttft)
