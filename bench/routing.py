@@ -85,7 +85,7 @@ def spawn_engines(n: int, kv: str, threads: int) -> tuple[list[subprocess.Popen]
     procs, urls = [], []
     for i in range(n):
         port = free_port()
-        cmd = [sys.executable, "-m", "engine.cli", "--model", ENGINE_MODEL, "--port", str(port),
+        cmd = [sys.executable, "-m", "engine", "--model", ENGINE_MODEL, "--port", str(port),
                "--kv-cache-memory", kv, "--num-threads", str(threads), "--log-level", "warning"]
         core = str(i % max(os.cpu_count() or 1, 1))
         procs.append(subprocess.Popen(["taskset", "-c", core, *cmd], cwd=ROOT, stdout=subprocess.DEVNULL))

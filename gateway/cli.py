@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Subcommands with their own parsers get the rest of the line untouched.
     if argv[:1] == ["engine"]:
-        from engine.cli import main as engine_main
+        from engine import main as engine_main
 
         return engine_main(argv[1:])
     if argv[:2] == ["policy", "check"]:

@@ -68,7 +68,7 @@ def test_dockerfile_copies_files_that_exist() -> None:
 
 
 def test_built_services_run_llm_gateway_commands_the_cli_accepts(compose: dict[str, Any]) -> None:
-    from engine.cli import build_parser as engine_parser
+    from engine.serving.cli import build_parser as engine_parser
     from gateway.cli import build_parser as gateway_parser
 
     built = {n: s for n, s in compose["services"].items() if "build" in s}

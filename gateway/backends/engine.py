@@ -24,9 +24,7 @@ from gateway.metrics import Metrics
 from gateway.pipeline import CHAT, COMPLETIONS, Endpoint
 
 if TYPE_CHECKING:
-    from engine.async_engine import AsyncEngine
-    from engine.errors import EngineRequestError
-    from engine.serving import OpenAIServing
+    from engine import AsyncEngine, EngineRequestError, OpenAIServing
 
 # The engine's own names for the two generation endpoints (engine/ never imports the gateway's vocabulary).
 ENGINE_KIND: dict[Endpoint, str] = {CHAT: "chat", COMPLETIONS: "completion"}
@@ -96,10 +94,7 @@ class InProcessEngineBackend(EngineBackendBase):
 
     async def start(self) -> None:
         # imported here: the engine package (and torch) loads only for in-process backends
-        from engine.async_engine import AsyncEngine
-        from engine.config import EngineConfig
-        from engine.metrics import EngineMetrics
-        from engine.serving import OpenAIServing
+        from engine import AsyncEngine, EngineConfig, EngineMetrics, OpenAIServing
 
         config = EngineConfig(model=self.model, **self.options.engine_args)
         config.validate()
@@ -116,7 +111,7 @@ class InProcessEngineBackend(EngineBackendBase):
             await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
 
     async def _whole(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> dict:
-        from engine.errors import EngineRequestError
+        from engine import EngineRequestError
 
         assert self._serving is not None
         self._inflight.inc()
@@ -131,7 +126,7 @@ class InProcessEngineBackend(EngineBackendBase):
             self._inflight.dec()
 
     async def _stream(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
-        from engine.errors import EngineRequestError
+        from engine import EngineRequestError
 
         assert self._serving is not None
         self._inflight.inc()

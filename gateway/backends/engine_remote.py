@@ -23,7 +23,7 @@ from gateway.pipeline import CHAT, Endpoint
 from gateway.routing.prefix import PrefixRouter, Ticket
 
 if TYPE_CHECKING:
-    from engine.tokenizer import Tokenizer
+    from engine import Tokenizer
 
 log = logging.getLogger("gateway.backends.engine")
 
@@ -55,9 +55,8 @@ class EngineReplicasBackend(EngineBackendBase):
             log.warning("engine backend %s: urls without model; routing by load only", self.name)
             return
         try:
-            from engine.block_manager import hash_prompt_blocks  # the engine's own chained block hash
-            from engine.config import resolve_model_path
-            from engine.tokenizer import Tokenizer
+            # the engine's own tokenizer and chained block hash: what a replica reports in its KV events
+            from engine import Tokenizer, hash_prompt_blocks, resolve_model_path
 
             self._tokenizer = Tokenizer.from_model_path(resolve_model_path(self.model))
             self._hash_blocks = hash_prompt_blocks
@@ -89,7 +88,7 @@ class EngineReplicasBackend(EngineBackendBase):
         here (the replica will answer the client's error itself)."""
         if self._tokenizer is None or self._hash_blocks is None:
             return [], 0
-        from engine.serving_params import chat_messages
+        from engine import chat_messages
 
         try:
             if endpoint == CHAT:

@@ -138,7 +138,7 @@ class ReplicaSet:
     # --- spawned processes ------------------------------------------------------------------------------
 
     def _command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "engine.cli", "--model", self.options.model, "--served-model-name",
+        return [sys.executable, "-m", "engine", "--model", self.options.model, "--served-model-name",
                 self.options.model, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                 *self.options.cli_args()]
 

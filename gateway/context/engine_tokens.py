@@ -82,8 +82,7 @@ def load_engine_counter(model: str) -> EngineCounter:
     with _load_lock:
         counter = _counters.get(model)
         if counter is None:
-            from engine.config import resolve_model_path
-            from engine.tokenizer import Tokenizer
+            from engine import Tokenizer, resolve_model_path
 
             counter = _counters[model] = EngineCounter(model, Tokenizer.from_model_path(resolve_model_path(model)))
         return counter

@@ -41,7 +41,7 @@ def mounts(service: dict[str, Any]) -> dict[str, Path]:
 
 
 def test_commands_parse_with_the_real_clis(services: dict[str, Any]) -> None:
-    from engine.cli import build_parser as engine_parser
+    from engine.serving.cli import build_parser as engine_parser
     from gateway.cli import build_parser as gateway_parser
 
     gateways, engines = named(services, "gateway"), named(services, "engine")

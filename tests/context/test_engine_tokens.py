@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
-from engine.serving_params import chat_messages
+from engine.serving.params import chat_messages
 from gateway.context.engine_tokens import load_engine_counter
 from gateway.errors import GatewayError
 from tests.context.test_budget import assemble, requests

@@ -16,9 +16,9 @@ import orjson
 import pytest
 import torch
 
-from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
-from engine.server import create_engine_app
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.server import create_engine_app
 from tests.helpers import ServerThread
 
 MODEL = "smollm2-135m"

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.async_engine import AsyncEngine, EngineStepError, EngineStoppedError
 from engine.block_manager import hash_prompt_blocks
 from engine.config import EngineConfig
 from engine.sampling_params import SamplingParams
+from engine.serving.async_engine import AsyncEngine, EngineStepError, EngineStoppedError
 
 KV_BYTES = 48 * 2**20  # a small cache: ~65 blocks of 16 tokens for SmolLM2-135M
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.chat_template import ChatTemplateError, knows_tools, render_chat
-from engine.errors import EngineRequestError
-from engine.serving_params import chat_messages, render_chat_prompt
+from engine.serving.errors import EngineRequestError
+from engine.serving.params import chat_messages, render_chat_prompt
 
 QWEN = (Path(__file__).parent / "data" / "qwen2_5_tools.jinja").read_text()
 SMOL = (
@@ -124,8 +124,8 @@ def test_malformed_messages_are_400(message: dict, param: str) -> None:
 
 def _builder(stream: bool) -> object:
     from engine.sampling_params import SamplingParams
-    from engine.serving_output import ResponseBuilder
-    from engine.serving_params import PreparedRequest, ToolCallMode
+    from engine.serving.output import ResponseBuilder
+    from engine.serving.params import PreparedRequest, ToolCallMode
 
     prepared = PreparedRequest("chat", "m", [[1, 2]], SamplingParams(), stream, False, False,
                                tool_call=ToolCallMode("auto", None, True, ("get_weather",)))

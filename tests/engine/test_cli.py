@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from engine.cli import build_parser, config_from_args, main, parse_size
+from engine.serving.cli import build_parser, config_from_args, main, parse_size
 from tests.helpers import free_port
 
 

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.cli import build_parser, config_from_args
 from engine.layers.quant import Int8Linear, quantize_per_channel
+from engine.serving.cli import build_parser, config_from_args
 
 
 def test_int8_engine_loads_and_answers() -> None:

@@ -10,7 +10,7 @@ import urllib.request
 import openai
 import pytest
 
-from engine.async_engine import AsyncEngine
+from engine.serving.async_engine import AsyncEngine
 from tests.engine.conftest import MODEL
 from tests.helpers import ServerThread
 

@@ -9,8 +9,8 @@ import aiohttp
 import orjson
 import pytest
 
-from engine.async_engine import AsyncEngine
 from engine.block_manager import hash_prompt_blocks
+from engine.serving.async_engine import AsyncEngine
 from tests.engine.conftest import MODEL
 from tests.helpers import ServerThread
 

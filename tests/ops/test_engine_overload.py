@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
-from engine.server import create_engine_app
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.server import create_engine_app
 from tests.helpers import ServerThread
 
 MODEL = "smollm2-135m"

@@ -24,8 +24,8 @@ def test_options_are_validated_with_their_path() -> None:
                                "--enforce-eager"]
     assert parse_engine_options(cfg(enable_chunked_prefill=True, enforce_eager=False)).cli_args() == []
     # every option maps to an EngineConfig field and to a flag `llm-gateway engine` accepts
-    from engine.cli import build_parser
     from engine.config import EngineConfig
+    from engine.serving.cli import build_parser
     from gateway.backends.engine_options import ENGINE_ARGS
 
     fields = set(EngineConfig.__dataclass_fields__)

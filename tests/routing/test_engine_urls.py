@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
-from engine.server import create_engine_app
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.server import create_engine_app
 from gateway.backends.base import BackendError, Timeouts
 from gateway.backends.engine import engine_backend
 from gateway.backends.engine_remote import EngineReplicasBackend

@@ -96,8 +96,8 @@ def config_from_args(args: argparse.Namespace):  # -> EngineConfig (imported laz
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from engine.async_engine import AsyncEngine
-    from engine.server import create_engine_app
+    from engine.serving.async_engine import AsyncEngine
+    from engine.serving.server import create_engine_app
 
     loop = asyncio.get_running_loop()
     config = config_from_args(args)
@@ -135,6 +135,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llm-gateway engine: error: {e}", file=sys.stderr)
         return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,7 +27,7 @@ import orjson
 
 if TYPE_CHECKING:
     from engine.llm_engine import RequestOutput
-    from engine.serving_params import PreparedRequest, ToolCallMode
+    from engine.serving.params import PreparedRequest, ToolCallMode
     from engine.tokenizer import Tokenizer
 
 

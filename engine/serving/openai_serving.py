@@ -12,14 +12,14 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from engine.async_engine import EngineStepError, EngineStoppedError, RequestStream
-from engine.errors import EngineRequestError, bad_request
-from engine.serving_output import ResponseBuilder
-from engine.serving_params import PreparedRequest, prepare_chat, prepare_completion
+from engine.serving.async_engine import EngineStepError, EngineStoppedError, RequestStream
+from engine.serving.errors import EngineRequestError, bad_request
+from engine.serving.output import ResponseBuilder
+from engine.serving.params import PreparedRequest, prepare_chat, prepare_completion
 
 if TYPE_CHECKING:
-    from engine.async_engine import AsyncEngine
     from engine.llm_engine import RequestOutput
+    from engine.serving.async_engine import AsyncEngine
 
 
 class Generation:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.metrics import EngineMetrics
+from engine.serving.metrics import EngineMetrics
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig

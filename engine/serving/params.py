@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from engine.chat_template import ChatTemplateError
-from engine.errors import EngineRequestError, bad_request
 from engine.guided import GuidedSpec
+from engine.serving.errors import EngineRequestError, bad_request
 
 if TYPE_CHECKING:
     from engine.sampling_params import SamplingParams

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
-from engine.errors import EngineRequestError, bad_request, error_body
-from engine.serving import Generation, OpenAIServing
+from engine.serving.errors import EngineRequestError, bad_request, error_body
+from engine.serving.openai_serving import Generation, OpenAIServing
 
 if TYPE_CHECKING:
-    from engine.async_engine import AsyncEngine
+    from engine.serving.async_engine import AsyncEngine
 
 log = logging.getLogger(__name__)
 
