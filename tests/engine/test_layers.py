@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.cuda_graph import capture_sizes, graph_batch_size, use_cuda_graphs
+from engine.cuda_graph import capture_sizes, capture_widths, graph_batch_size, use_cuda_graphs
 from engine.layers.attention import (
     AttentionMetadata,
     PrefillChunk,
@@ -115,6 +115,10 @@ def test_cuda_graph_selection() -> None:
     assert capture_sizes(5) == [1, 2, 4, 5]
     assert graph_batch_size(3, sizes) == 4 and graph_batch_size(64, sizes) == 64
     assert graph_batch_size(65, sizes) is None
+    widths = capture_widths(512)  # SmolLM2's 8k window in 16-token blocks
+    assert widths == [8, 32, 128, 512]
+    assert graph_batch_size(9, widths) == 32 and graph_batch_size(512, widths) == 512
+    assert capture_widths(8) == [8] and capture_widths(5) == [5]
 
 
 def test_c_decode_kernel_matches_gathered_sdpa() -> None:
