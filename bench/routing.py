@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import aiohttp  # noqa: E402
 import openai  # noqa: E402
 
+from gateway.embedded_redis import EmbeddedRedis  # noqa: E402
 from tests.fakes.prefix_cache_server import PrefixCacheServer, run_conversations  # noqa: E402
 from tests.helpers import ServerThread, free_port  # noqa: E402
 
@@ -54,13 +55,16 @@ def gateway_policy(urls: list[str], strategy: str, kind: str, model: str, extra:
             f"    routing: {{strategy: {strategy}}}\n    timeout_s: 600\n")
 
 
-def start_gateway(policy_text: str, data_dir: str) -> ServerThread:
+def start_gateway(policy_text: str, data_dir: str) -> tuple[ServerThread, EmbeddedRedis]:
+    """The gateway in this process, on a private redis-server under `data_dir` (started here, as
+    `llm-gateway serve` would: a Gateway only connects to a URL)."""
     from gateway.app import create_app
     from gateway.config.loader import parse_policy
 
     text = policy_text + f"redis: {{url: embedded}}\nserver: {{data_dir: '{data_dir}'}}\n"
     policy = parse_policy(text, "bench-routing.yaml")
-    return ServerThread(lambda: create_app(policy)).start()
+    redis = EmbeddedRedis(Path(data_dir)).start()
+    return ServerThread(lambda: create_app(policy, redis_url=redis.url)).start(), redis
 
 
 async def drive(url: str, model: str, workload: dict, max_tokens: int) -> list[dict]:
@@ -163,7 +167,7 @@ async def run_strategy(args: argparse.Namespace, strategy: str, concurrency: int
         text = gateway_policy(urls, strategy, args.fleet, model, extra, args.capacity * 16)
         if args.fleet != "engine" and args.load_weight is not None and strategy == "prefix_aware":
             text = text.replace("strategy: prefix_aware", f"strategy: prefix_aware, load_weight: {args.load_weight}")
-        gw = await asyncio.to_thread(start_gateway, text, tmp)
+        gw, redis = await asyncio.to_thread(start_gateway, text, tmp)
         try:
             started = time.perf_counter()
             records = await drive(gw.url, model, workload, max_tokens)
@@ -175,6 +179,7 @@ async def run_strategy(args: argparse.Namespace, strategy: str, concurrency: int
                 out["engine"] = stats
         finally:
             await asyncio.to_thread(gw.stop)
+            await asyncio.to_thread(redis.stop)
         return out
     finally:
         for s in servers:

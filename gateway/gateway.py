@@ -18,7 +18,6 @@ from gateway.auth import Authenticator
 from gateway.backends.base import Backend
 from gateway.config.errors import PolicyRefused
 from gateway.config.schema import Policy
-from gateway.embedded_redis import EmbeddedRedis
 from gateway.limits import RateLimiter
 from gateway.metrics import Metrics
 from gateway.pipeline import Endpoint, RequestContext, Resources, Stage
@@ -41,7 +40,11 @@ class Gateway:
         self.router = Router(self.metrics)
         self._initial_policy = policy
         self._redis_url = redis_url or policy.redis.url
-        self.embedded: EmbeddedRedis | None = None
+        if self._redis_url == "embedded":
+            # One owner of the embedded server: `llm-gateway serve` (gateway/cli.py) starts it before its workers
+            # and stops it after the last, so they all share it; a Gateway only connects to a URL.
+            raise ValueError("redis.url 'embedded' is started by `llm-gateway serve`: pass its URL as redis_url "
+                             "(gateway.embedded_redis.EmbeddedRedis(data_dir).start().url)")
         self.redis: aioredis.Redis
         self.http: aiohttp.ClientSession
         self.limiter: RateLimiter
@@ -59,16 +62,11 @@ class Gateway:
 
     async def start(self) -> None:
         policy = self._initial_policy
-        url = self._redis_url
-        if url == "embedded":
-            self.embedded = EmbeddedRedis(policy.server.data_dir)
-            await asyncio.to_thread(self.embedded.start)
-            url = self.embedded.url
         timeout_s = policy.redis.timeout_ms / 1000
         # One server or a Redis Cluster (redis.mode, detected from the seed node by default): redis_client.py.
-        # The embedded Redis is one server: nothing to detect.
-        mode = "single" if self.embedded is not None else policy.redis.mode
-        self.redis = await create_redis(url, mode, timeout_s)
+        # The embedded Redis (the CLI passed its socket) is one server: nothing to detect.
+        mode = "single" if policy.redis.url == "embedded" else policy.redis.mode
+        self.redis = await create_redis(self._redis_url, mode, timeout_s)
         # Limits get a wider budget than cache lookups: failing open there lets traffic past a tenant's limit.
         self.limiter = RateLimiter(self.redis, self.metrics, max(timeout_s * 10, 0.05))
         try:
@@ -114,8 +112,6 @@ class Gateway:
         await self.snapshot.backends.close()
         await self.http.close()
         await self.redis.aclose()
-        if self.embedded is not None:
-            await asyncio.to_thread(self.embedded.stop)
 
     async def apply_policy(self, policy: Policy) -> None:
         """Swap to a new policy; unchanged backends are kept, replaced ones close after their requests."""

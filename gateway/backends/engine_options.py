@@ -91,7 +91,7 @@ def _size(value: Any, where: str, check: Checker) -> int | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return int(value)
     if isinstance(value, str):
-        from engine import parse_size  # lazily: the policy loader loads no more of the engine
+        from engine import parse_size  # lazily: a policy without engine sizes loads none of the engine
 
         try:
             return parse_size(value)

@@ -125,3 +125,13 @@ def test_bad_policy_fails_start_with_file_and_line(tmp_path: Path) -> None:
                            str(free_port())], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "bad.yaml:" in proc.stderr and "nope" in proc.stderr
+
+
+def test_a_gateway_leaves_the_embedded_redis_to_serve(policy_file: Path) -> None:
+    # one owner: `llm-gateway serve` starts the embedded server for all its workers; a Gateway built on the
+    # policy as written (no redis_url from the CLI) says so instead of starting a second one
+    from gateway.app import create_app
+    from gateway.config.loader import load_policy
+
+    with pytest.raises(ValueError, match="llm-gateway serve"):
+        create_app(load_policy(policy_file))
