@@ -81,7 +81,8 @@ def serve(args: argparse.Namespace) -> int:
     embedded = None
     redis_url = policy.redis.url
     if redis_url == "embedded":
-        # Started once here, so every worker shares the same server; stopped when the gateway exits.
+        # This is its one owner (a Gateway refuses 'embedded'): started once here, before any worker, so they
+        # all share it and a restarted worker finds it; stopped when the last worker has exited.
         embedded = EmbeddedRedis(policy.server.data_dir).start()
         redis_url = embedded.url
     watch = str(path) if args.policy else None
