@@ -64,7 +64,11 @@ def start_gateway(policy_text: str, data_dir: str) -> tuple[ServerThread, Embedd
     text = policy_text + f"redis: {{url: embedded}}\nserver: {{data_dir: '{data_dir}'}}\n"
     policy = parse_policy(text, "bench-routing.yaml")
     redis = EmbeddedRedis(Path(data_dir)).start()
-    return ServerThread(lambda: create_app(policy, redis_url=redis.url)).start(), redis
+    try:
+        return ServerThread(lambda: create_app(policy, redis_url=redis.url)).start(), redis
+    except BaseException:
+        redis.stop()  # its own session: it would outlive the bench
+        raise
 
 
 async def drive(url: str, model: str, workload: dict, max_tokens: int) -> list[dict]:
@@ -178,8 +182,10 @@ async def run_strategy(args: argparse.Namespace, strategy: str, concurrency: int
                 out["per_backend"] = {f"e{i}": int(st["requests"]) for i, st in enumerate(stats)}  # requests each
                 out["engine"] = stats
         finally:
-            await asyncio.to_thread(gw.stop)
-            await asyncio.to_thread(redis.stop)
+            try:
+                await asyncio.to_thread(gw.stop)
+            finally:
+                await asyncio.to_thread(redis.stop)
         return out
     finally:
         for s in servers:
