@@ -96,6 +96,7 @@ class Facts:
     cjk_core: str  # Chinese text with the paraphrase-neutral words taken out, for the substitution check
     cjk_plain: str  # its characters before lexicon words were taken out, for the exchange check
     order: tuple[str, ...]  # tokens in a common form, articles dropped, for the order checks (_order_seq)
+    clauses: tuple[str, ...]  # the order form with clause breaks ("|") kept, for _inverted
     folded: str  # the whole text lower-cased, for quoted strings
     named: frozenset[tuple[str, str]]  # (class, id) of the lexicon's named things: ("language", "python")
     named_roles: tuple[tuple[str, str | None], ...]  # each named thing in order, with the word governing it
@@ -142,7 +143,9 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if voice == "swapped":
         return "order"
     if voice is None and (_swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _wh_moved(a.order, b.order)
-                          or _named_reversed(a.named_roles, b.named_roles) or _persons_crossed(a.order, b.order)):
+                          or _named_reversed(a.named_roles, b.named_roles) or _persons_crossed(a.order, b.order)
+                          or _inverted(a.clauses, b.clauses) or _roles_flipped(a.clauses, b.clauses)
+                          or _asked_swapped(a.clauses, b.clauses)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -567,6 +570,205 @@ def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, 
     return False
 
 
+# ---- the general order check: shared terms on the other side of the same relation --------------------------
+
+# One unit of the clause sequence: a Latin word, a number, one CJK character, or a clause break.
+_CLAUSE_UNIT = re.compile(r"[A-Za-z][A-Za-z+#]*(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?|[\u3400-\u9fff]|[.,，;；:：。?？!！]")
+_CLAUSE_BREAKS = frozenset(".,，;；:：。?？!！")
+# "trains leaving York for Leeds" is "from York to Leeds": the one phrasing of a direction that reads
+# neither "from" nor "to".
+_LEAVE_FOR = re.compile(r"\b(?:leav(?:e|es|ing)|left|depart(?:s|ing|ed)?)\s+((?:[A-Za-z]+\s+){0,2}?[A-Za-z]+)\s+for\b",
+                        re.IGNORECASE)
+# A relation read alike in both languages and in its synonyms: the class of each word or character
+# between two terms. Any other content word or character shared by both middles is a relation too (a verb:
+# 继承, "beat").
+_RELATION_CLASS = {
+    **dict.fromkeys(("than", "比"), "than"),
+    **dict.fromkeys(("to", "into", "onto", "toward", "towards", "到", "往", "去", "至", "入", "向"), "to"),
+    **dict.fromkeys(("from", "从", "由", "自"), "from"),
+    **dict.fromkeys(("兑", "换", "转"), "exchange"),
+}
+# Middles that make the order free: "X and Y", "X or Y", "X vs Y", X 和 / 与 / 跟 / 或 / 还是 Y.
+_INVERSION_JOINTS = (lx.EN_SYMMETRIC - _ARTICLES) | frozenset("和与跟同或及、") | frozenset({"between", "both"})
+# A passive in one middle only keeps the roles: 公司被对手收购 / 对手收购了公司, "X was bought by Y" / "Y bought X".
+_PASSIVE_MARKS = frozenset({"被", "by"})
+# Characters that are never a term, nor a relation by being shared: question words, particles, modals,
+# copulas, joints, negations and numerals (compared elsewhere).
+_ZH_INERT = frozenset("的之什么哪谁几怎样如何吗呢吧啊呀嘛了着过是有在和与跟同或及还也都就会能可以要想请问该应需得地这那个些一二两三四五六七八九十百千万零很太更最非不没无别未")
+_ZH_PARTY = frozenset("我你他她")
+_INVERSION_MAX_MIDDLE = 8  # units between the two terms: a relation within a clause, not two clauses
+
+
+def _clause_seq(text: str) -> tuple[str, ...]:
+    """The text as order units: English words in their order form (_order_seq), a unit of measure as its
+    unit ("kilometres" / "km"), CJK characters (a Chinese unit word as one unit: 公斤, 斤), and "|" for each
+    clause break, so that a phrase moved across a comma is not read as a relation."""
+    out: list[str] = []
+    skip_to = 0
+    for m in _CLAUSE_UNIT.finditer(_LEAVE_FOR.sub(r"from \1 to", text)):
+        unit = m.group(0)
+        if m.start() < skip_to:
+            continue  # inside a Chinese unit word already read
+        if unit in _CLAUSE_BREAKS:
+            if out and out[-1] != "|":
+                out.append("|")
+        elif _CJK.match(unit):
+            word = next((w for w in _ZH_UNIT_WORDS.get(unit, ()) if m.string.startswith(w, m.start())), None)
+            if word:
+                skip_to = m.start() + len(word)
+                out.append(word if word in _ZH_UNITS else unit)
+                if word not in _ZH_UNITS:
+                    out.extend(word[1:])  # 玉米 is no 米: its characters, read as characters
+            else:
+                out.append(unit)
+        elif unit[0].isdigit():
+            out.append(unit)
+        else:
+            word = _word(unit)
+            if word in lx.EN_UNITS and len(word) > 1:
+                out.append("~" + lx.EN_UNITS[word])
+            elif word not in _ORDER_DROP:
+                out.append(_ORDER_CANON.get(word, _stem(word)))
+    return tuple(out)
+
+
+# Chinese units of measure (and the words that hold one without being one: 玉米 is no 米), by first
+# character, longest first: the asked-unit check reads "一公斤等于多少斤" as 公斤 given, 斤 asked.
+_ZH_UNITS = frozenset({"公斤", "千克", "斤", "克", "磅", "公里", "千米", "英里", "海里", "米", "厘米", "毫米", "英寸",
+                       "英尺", "寸", "尺", "升", "毫升", "加仑", "盎司", "亩", "公顷", "平方米", "摄氏度", "华氏度"})
+_ZH_NOT_UNITS = frozenset({"玉米", "大米", "小米", "糯米", "米饭", "米粉", "克力", "克服", "升级", "升职", "尺寸", "磅秤"})
+_ZH_UNIT_WORDS: dict[str, tuple[str, ...]] = {}
+for _w in sorted(_ZH_UNITS | _ZH_NOT_UNITS, key=len, reverse=True):
+    _ZH_UNIT_WORDS.setdefault(_w[0], ())
+    _ZH_UNIT_WORDS[_w[0]] += (_w,)
+
+
+def _inversion_terms(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Candidate terms of a clause sequence with their spans: content words and persons, CJK content bigrams
+    and the single-character persons (我, 他)."""
+    spans: dict[str, tuple[int, int]] = {}
+    seen: Counter = Counter()
+    for i, u in enumerate(seq):
+        if u in _ZH_UNITS or u[0] == "~":  # a unit of measure: 公斤, ~km
+            seen[u] += 1
+            spans[u] = (i, i + 1)
+        elif _CJK.match(u):
+            if u in _ZH_PARTY:
+                seen[u] += 1
+                spans[u] = (i, i + 1)
+            if i + 1 < len(seq) and _CJK.match(seq[i + 1]) and u not in _ZH_INERT and seq[i + 1] not in _ZH_INERT \
+                    and u not in _RELATION_CLASS and seq[i + 1] not in _RELATION_CLASS:
+                gram = u + seq[i + 1]
+                seen[gram] += 1
+                spans[gram] = (i, i + 2)
+        elif u != "|" and (u in _PERSONS or (_party(u) and u not in _RELATION_CLASS and len(u) > 1)):
+            seen[u] += 1
+            spans[u] = (i, i + 1)
+    return {t: span for t, span in spans.items() if seen[t] == 1}
+
+
+def _relations(middle: tuple[str, ...]) -> set[str]:
+    found = set()
+    for u in middle:
+        cls = _RELATION_CLASS.get(u)
+        if cls:
+            found.add(cls)
+        elif _CJK.match(u) and u not in _ZH_INERT:
+            found.add(u)
+    return found
+
+
+def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """Two terms both texts share, in opposite orders, each time on either side of the same relation,
+    however the rest was reworded: "train times from Leeds to York" / "when do trains leave York for Leeds",
+    美元兑日元汇率 / 日元换美元的汇率, 老公的工资比我高 / 我工资比老公高, iPhone 的通讯录怎么导到安卓手机 /
+    安卓手机通讯录如何导入 iPhone. A relation is a word of one class in both middles (than/比, to/到/入,
+    from/从, 兑/换, of/的) or a content word both middles share (a verb). Reordering that is wording is let
+    through: a joint between the terms ("X and Y", X 和 Y, 还是), a clause break (a phrase fronted across a
+    comma), a passive in one text only (被, "by"), or a relation found in one text only."""
+    if sa == sb or not sa or not sb:
+        return False
+    ta, tb = _inversion_terms(sa), _inversion_terms(sb)
+    shared = [(t, span) for t, span in sorted(ta.items(), key=lambda kv: kv[1]) if t in tb]
+    if len(shared) > _ORDER_MAX_TERMS:
+        return False
+    for n, (x, (_, xa1)) in enumerate(shared):
+        xb0, xb1 = tb[x]
+        for y, (ya0, _) in shared[n + 1:]:
+            yb0, yb1 = tb[y]
+            if ya0 < xa1 or xb0 < yb1:
+                continue  # overlapping in a, or the same order in b
+            mid_a, mid_b = sa[xa1:ya0], sb[yb1:xb0]
+            if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
+                continue
+            if "|" in mid_a or "|" in mid_b:
+                continue
+            if _INVERSION_JOINTS.intersection(mid_a + mid_b) or _ZH_CHOICE.search("".join(mid_a + mid_b)):
+                continue
+            if bool(_PASSIVE_MARKS.intersection(mid_a)) != bool(_PASSIVE_MARKS.intersection(mid_b)):
+                continue
+            if _relations(mid_a) & _relations(mid_b):
+                return True
+    return False
+
+
+_DIRECTION_ROLE = {**dict.fromkeys(("to", "into", "onto", "toward", "towards", "到", "往", "去", "至", "入"), "to"),
+                   **dict.fromkeys(("from", "从", "由", "自"), "from")}
+
+
+def _governed(seq: tuple[str, ...], start: int) -> str | None:
+    """"to" or "from" when the direction word right before a term governs it (articles and possessive
+    determiners skipped): "from [my] Kyoto", 到北京."""
+    j = start - 1
+    while j >= 0 and seq[j] in _CONTEXT_SKIP:
+        j -= 1
+    return _DIRECTION_ROLE.get(seq[j]) if j >= 0 else None
+
+
+def _roles_flipped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """A term that is the start of a journey in one text and its end in the other, whatever the order:
+    "go from Kyoto to Osaka" / "get to Kyoto from Osaka". Both texts must read a whole direction (a "from"
+    and a "to" term each), so that an infinitive "to" ("want to quit smoking" / "keep from smoking") is not
+    read as one."""
+    ta, tb = _inversion_terms(sa), _inversion_terms(sb)
+    if len(ta) > 4 * _ORDER_MAX_TERMS or len(tb) > 4 * _ORDER_MAX_TERMS:
+        return False
+    roles_a = {t: r for t, (i, _) in ta.items() if (r := _governed(sa, i))}
+    roles_b = {t: r for t, (i, _) in tb.items() if (r := _governed(sb, i))}
+    if len(set(roles_a.values())) < 2 or len(set(roles_b.values())) < 2:
+        return False
+    return any(t in roles_b and roles_b[t] != r for t, r in roles_a.items())
+
+
+_HOW_MANY = frozenset({"many", "much"})
+_ZH_ASKING = ("多少", "几")
+
+
+def _asked(seq: tuple[str, ...], terms: dict[str, tuple[int, int]]) -> str | None:
+    """The term a "how many" question counts: "how many tablespoons in a teaspoon" -> tablespoon,
+    一公斤等于多少斤 -> 斤 (a measure word 个 skipped)."""
+    at = {span[0]: t for t, span in terms.items()}
+    for i, u in enumerate(seq):
+        if u == "how" and i + 1 < len(seq) and seq[i + 1] in _HOW_MANY:
+            k = i + 2
+        elif u == "几" or (u == "多" and i + 1 < len(seq) and seq[i + 1] == "少"):
+            k = i + (1 if u == "几" else 2)
+            if k < len(seq) and seq[k] == "个":
+                k += 1
+        else:
+            continue
+        return at.get(k) or at.get(k + 1)
+    return None
+
+
+def _asked_swapped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """Both texts ask "how many" of one of two terms both name, and not of the same one: "How many
+    teaspoons make a tablespoon?" / "how many tablespoons in a teaspoon", 一公斤等于多少斤 / 一斤等于多少公斤."""
+    ta, tb = _inversion_terms(sa), _inversion_terms(sb)
+    xa, xb = _asked(sa, ta), _asked(sb, tb)
+    return xa is not None and xb is not None and xa != xb and xa in tb and xb in ta
+
+
 _OWNERS = frozenset({"my", "your", "our", "his", "her", "their"})
 _FREE_PERSONS = frozenset({"i", "you", "we"})  # in the order form: "me" is "i", "us" is "we"
 _ROLE_REACH = 3  # order tokens from the verb to a party or pronoun it governs ("your boss to call you")
@@ -966,6 +1168,7 @@ def facts(text: str) -> Facts:
         cjk_core=core,
         cjk_plain=plain,
         order=_order_seq(tokens),
+        clauses=_clause_seq(text),
         folded=text.casefold(),
         named=frozenset(named for things, _ in named_roles for named in things),
         named_roles=tuple((things[0][1], role) for things, role in named_roles),
@@ -1005,9 +1208,10 @@ _NAMED_IDS, _NAMED_CJK, _NAMED_MAX_WORDS = _named_tables()
 _NAME_TOKEN = re.compile(r"[a-z0-9][a-z0-9+#]*(?:[.'-][a-z0-9][a-z0-9+#]*)*")
 _NAME_PART = re.compile(r"[a-z0-9][a-z0-9+#]*")
 
-_ZH_DIRECTIONAL = frozenset("从到往向比给兑换至对去由自")
-# Direction characters of one sense: 寄到上海 / 寄去上海 / 发往上海, 从香港 / 由香港 / 自香港.
-_ZH_DIRECTION_SENSE = {"去": "到", "往": "到", "至": "到", "由": "从", "自": "从"}
+_ZH_DIRECTIONAL = frozenset("从到往向比给兑换至对去由自入")
+# Direction characters of one sense: 寄到上海 / 寄去上海 / 发往上海 / 导入 iPhone, 从香港 / 由香港 / 自香港,
+# 美元兑日元 / 美元换日元.
+_ZH_DIRECTION_SENSE = {"去": "到", "往": "到", "至": "到", "入": "到", "由": "从", "自": "从", "换": "兑"}
 _LATIN_WORD = re.compile(r"[a-z]+")
 
 
