@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import re
@@ -30,6 +31,27 @@ ENDPOINT_PARAMS: dict[Endpoint, str] = {CHAT: "messages", COMPLETIONS: "prompt",
 # A client's X-Request-Id is echoed in headers, logs and JSON only if it is plain visible ASCII of sane length;
 # anything else (control bytes, non-UTF-8, spaces) is replaced by a fresh id.
 REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}\Z")
+
+
+class _RequestIds:
+    """Fresh request ids: 16 random hex digits per process, then a 16-digit counter. Unique as a random id per
+    request is, without a getrandom system call on every request; a forked worker draws its own prefix."""
+
+    __slots__ = ("prefix", "count")
+
+    def __init__(self) -> None:
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.prefix = os.urandom(8).hex()
+        self.count = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.count) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+_ids = _RequestIds()
+os.register_at_fork(after_in_child=_ids.reseed)
 
 
 def json_response(body: Any, headers: dict[str, str] | None = None, status: int = 200) -> web.Response:
@@ -330,7 +352,7 @@ async def admin_cache_stats(request: web.Request) -> web.Response:
 async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Request id on everything; every error as OpenAI's envelope; request count and latency per route."""
     given = request.headers.get("X-Request-Id")
-    request_id = given if given and REQUEST_ID_OK.match(given) else os.urandom(16).hex()
+    request_id = given if given and REQUEST_ID_OK.match(given) else _ids.next()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     try:
@@ -348,7 +370,7 @@ async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamR
         response = await _error_response(request, _gateway_error(e, request))
     if not response.prepared:
         response.headers["X-Request-Id"] = request_id
-    _observe(request, request.get(STATUS) or str(response.status), started)
+    _observe(request, request.get(STATUS) or str(response.status), started, deferred=True)
     return response
 
 
@@ -388,11 +410,16 @@ async def _error_response(request: web.Request, err: GatewayError) -> web.Stream
 OPS_PATHS = frozenset({"/metrics", "/ready", "/health"})  # scrapes and probes are not traffic
 
 
-def _observe(request: web.Request, status: str, started: float) -> None:
-    """Every request is counted, those refused before routing (401, 404, 400, 405, 413) as route "none"."""
+def _observe(request: web.Request, status: str, started: float, deferred: bool = False) -> None:
+    """Every request is counted, those refused before routing (401, 404, 400, 405, 413) as route "none".
+    `deferred`: the count runs on the loop's next turn, after aiohttp has written the response (the handler's
+    return is what writes it), so the client's answer does not wait on the metrics' locks."""
     route = request.get(ROUTE)
     if route is None and request.path in OPS_PATHS:
         return
-    request.app[GATEWAY].metrics.observe_request(
-        route or "none", request.get(BACKEND, "none"), status, time.perf_counter() - started
-    )
+    args = (route or "none", request.get(BACKEND, "none"), status, time.perf_counter() - started)
+    observe = request.app[GATEWAY].metrics.observe_request
+    if deferred:
+        asyncio.get_running_loop().call_soon(observe, *args)
+    else:
+        observe(*args)

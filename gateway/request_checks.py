@@ -7,6 +7,7 @@ upstream's 500, a cached oddity, or an exception deep in a stage.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import GatewayError, bad_request
@@ -102,6 +103,9 @@ def _tools(body: dict) -> None:
                 raise _type_error(f"{p}.function", "an object with a non-empty string 'name'")
             if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
                 raise _type_error(f"{p}.function.parameters", "a JSON schema object")
+
+
+def _tool_choice(body: dict) -> None:
     choice = body.get("tool_choice")
     if choice is not None and not isinstance(choice, str | dict):
         raise _type_error("tool_choice", "a string or an object")
@@ -124,34 +128,52 @@ def _content(messages: list) -> None:
                 raise _type_error(f"{p}[{j}].text", "a string")
 
 
+# The checks of each OpenAI field of chat and completions, in the order they run (a body with several wrong
+# fields names the first of this order). Only fields present in the body are checked: a typical request
+# carries three or four of these, so most of the table costs one dict lookup, not a call.
+_COMMON_CHECKS: tuple[tuple[str, Callable[[dict], None]], ...] = (
+    ("max_tokens", lambda b: _integer(b, "max_tokens", 1)),
+    ("n", lambda b: _integer(b, "n", 1, 128)),
+    ("seed", lambda b: _integer(b, "seed", -(2**63), 2**63 - 1)),
+    ("temperature", lambda b: _number(b, "temperature", 0, 2)),
+    ("top_p", lambda b: _number(b, "top_p", 0, 1)),
+    ("presence_penalty", lambda b: _number(b, "presence_penalty", -2, 2)),
+    ("frequency_penalty", lambda b: _number(b, "frequency_penalty", -2, 2)),
+    ("stop", _stop),
+    ("logit_bias", lambda b: _of_type(b, "logit_bias", dict, "an object")),
+    ("user", lambda b: _of_type(b, "user", str, "a string")),
+)
+_CHAT_CHECKS: tuple[tuple[str, Callable[[dict], None]], ...] = (
+    ("messages", lambda b: _content(b["messages"])),
+    ("tools", _tools),
+    ("tool_choice", _tool_choice),
+    ("response_format", lambda b: _of_type(b, "response_format", dict, "an object")),
+    ("parallel_tool_calls", lambda b: _of_type(b, "parallel_tool_calls", bool, "a boolean")),
+    ("max_completion_tokens", lambda b: _integer(b, "max_completion_tokens", 1)),
+    ("top_logprobs", lambda b: _integer(b, "top_logprobs", 0, 20)),
+    ("logprobs", lambda b: _of_type(b, "logprobs", bool, "a boolean")),
+    *_COMMON_CHECKS,
+)
+_COMPLETION_CHECKS: tuple[tuple[str, Callable[[dict], None]], ...] = (
+    ("prompt", lambda b: _prompt(b["prompt"])),
+    ("logprobs", lambda b: _integer(b, "logprobs", 0, 5)),
+    ("best_of", lambda b: _integer(b, "best_of", 1)),
+    ("echo", lambda b: _of_type(b, "echo", bool, "a boolean")),
+    ("suffix", lambda b: _of_type(b, "suffix", str, "a string")),
+    *_COMMON_CHECKS,
+)
+
+
+def _prompt(prompt: Any) -> None:
+    if not isinstance(prompt, str | list):
+        raise _type_error("prompt", "a string or an array")
+
+
 def check_generation(body: dict, endpoint: str) -> None:
     """OpenAI's types (and documented ranges) for the sampling and tool fields of chat and completions."""
-    if endpoint == "chat.completions":
-        _content(body["messages"])
-        _tools(body)
-        _of_type(body, "response_format", dict, "an object")
-        _of_type(body, "parallel_tool_calls", bool, "a boolean")
-        _integer(body, "max_completion_tokens", 1)
-        _integer(body, "top_logprobs", 0, 20)
-        _of_type(body, "logprobs", bool, "a boolean")
-    else:
-        prompt = body["prompt"]
-        if not isinstance(prompt, str | list):
-            raise _type_error("prompt", "a string or an array")
-        _integer(body, "logprobs", 0, 5)
-        _integer(body, "best_of", 1)
-        _of_type(body, "echo", bool, "a boolean")
-        _of_type(body, "suffix", str, "a string")
-    _integer(body, "max_tokens", 1)
-    _integer(body, "n", 1, 128)
-    _integer(body, "seed", -(2**63), 2**63 - 1)
-    _number(body, "temperature", 0, 2)
-    _number(body, "top_p", 0, 1)
-    _number(body, "presence_penalty", -2, 2)
-    _number(body, "frequency_penalty", -2, 2)
-    _stop(body)
-    _of_type(body, "logit_bias", dict, "an object")
-    _of_type(body, "user", str, "a string")
+    for key, check in _CHAT_CHECKS if endpoint == "chat.completions" else _COMPLETION_CHECKS:
+        if key in body:
+            check(body)
 
 
 def check_embeddings(body: dict) -> None:
