@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
+import math
 from functools import cache
 
 import torch
@@ -84,6 +86,31 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**30))
 
 
+_MADV_HUGEPAGE = 14  # Linux
+_HUGE_PAGE = 2 * 2**20
+
+
+def zeros_on_huge_pages(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.zeros, on CPU laid out on 2 MiB transparent huge pages where Linux allows them.
+
+    The decode kernel reads each sequence's KV blocks, a few KiB each, scattered over a cache of hundreds of MiB:
+    with 4 KiB pages nearly every block costs a TLB miss, and under a hypervisor a nested page walk (measured on
+    this VM: the kernel alone 4.4 -> 3.1 ms per layer at batch 32). The hint must precede the first touch, so
+    the memory is advised before it is zeroed. Elsewhere (not Linux, THP off) it is plain zeroed memory.
+    """
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    numel = math.prod(shape)
+    buf = torch.empty(numel + _HUGE_PAGE // dtype.itemsize, dtype=dtype)
+    start = (-buf.data_ptr()) % _HUGE_PAGE // dtype.itemsize  # the first 2 MiB boundary inside the buffer
+    tensor = buf[start:start + numel].view(shape)
+    length = numel * dtype.itemsize // _HUGE_PAGE * _HUGE_PAGE
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.madvise(ctypes.c_void_p(tensor.data_ptr()), ctypes.c_size_t(length), _MADV_HUGEPAGE)
+    return tensor.zero_()
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_path: str, model_config: ModelConfig, max_model_len: int) -> None:
         self.config = config
@@ -114,8 +141,8 @@ class ModelRunner:
         self.scratch_block = self.num_blocks  # one extra block: padded slots of CUDA-graph batches write here
         shape = (model_config.num_layers, *attention.kv_cache_shape(
             self.num_blocks + 1, config.block_size, model_config.num_kv_heads, model_config.head_dim))
-        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.k_cache = zeros_on_huge_pages(shape, self.dtype, self.device)
+        self.v_cache = zeros_on_huge_pages(shape, self.dtype, self.device)
         self.model.bind_kv_cache(list(self.k_cache.unbind(0)), list(self.v_cache.unbind(0)))
         self.max_blocks_per_seq = -(-max_model_len // config.block_size)
         self.graphs: DecodeGraphs | None = None

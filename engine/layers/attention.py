@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from engine.layers.cpu_kernels import paged_decode_attention
+from engine.layers.cpu_kernels import KernelScratch, paged_decode_attention
 
 
 @dataclass
@@ -89,7 +89,8 @@ class TorchPagedAttention:
         if nd and self.decode_kernel is not None:
             assert not meta.decode_groups and meta.decode_block_tables.shape[0] == nd  # one table row per decode
             out[:nd] = paged_decode_attention(self.decode_kernel, q[:nd], k_cache, v_cache,
-                                              meta.decode_block_tables, meta.decode_context_lens, self.scale)
+                                              meta.decode_block_tables, meta.decode_context_lens, self.scale,
+                                              self.workspace.kernel_scratch)
             nd = 0
         groups = meta.decode_groups or (
             [(0, nd, meta.decode_block_tables, meta.decode_context_lens)] if nd else []
@@ -183,6 +184,7 @@ class GatherWorkspace:
     def __init__(self) -> None:
         self.k = torch.empty(0)
         self.v = torch.empty(0)
+        self.kernel_scratch = KernelScratch()  # the C decode kernel's working memory, shared the same way
 
     def gather(self, k_cache: torch.Tensor, v_cache: torch.Tensor,
                blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
