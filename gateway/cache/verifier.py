@@ -584,14 +584,20 @@ _LEAVE_FOR = re.compile(r"\b(?:leav(?:e|es|ing)|left|depart(?:s|ing|ed)?)\s+((?:
 # 继承, "beat").
 _RELATION_CLASS = {
     **dict.fromkeys(("than", "比"), "than"),
-    **dict.fromkeys(("to", "into", "onto", "toward", "towards", "到", "往", "去", "至", "入", "向"), "to"),
+    **dict.fromkeys(("to", "into", "onto", "toward", "towards", "到", "往", "去", "至", "入", "向", "给"), "to"),
     **dict.fromkeys(("from", "从", "由", "自"), "from"),
     **dict.fromkeys(("兑", "换", "转"), "exchange"),
 }
 # Middles that make the order free: "X and Y", "X or Y", "X vs Y", X 和 / 与 / 跟 / 或 / 还是 Y.
 _INVERSION_JOINTS = (lx.EN_SYMMETRIC - _ARTICLES) | frozenset("和与跟同或及、") | frozenset({"between", "both"})
-# A passive in one middle only keeps the roles: 公司被对手收购 / 对手收购了公司, "X was bought by Y" / "Y bought X".
-_PASSIVE_MARKS = frozenset({"被", "by"})
+# A passive or an instrument in one middle only keeps the roles: 公司被对手收购 / 对手收购了公司, "X was bought
+# by Y" / "Y bought X", 信用卡还款可以用花呗 / 花呗能还信用卡.
+_ROLE_MARKS = frozenset({"被", "用", "by"})
+
+
+def _role_marked(seq: tuple[str, ...], lo: int, hi: int) -> bool:
+    """A passive or instrument mark between lo and hi, as a word of its own (用 in 信用卡 is none)."""
+    return any(seq[k] in _ROLE_MARKS and not (k and _zh_content(seq[k - 1])) for k in range(lo, hi))
 # Characters that are never a term, nor a relation by being shared: question words, particles, modals,
 # copulas, joints, negations and numerals (compared elsewhere).
 _ZH_INERT = frozenset("的之什么哪谁几怎样如何吗呢吧啊呀嘛了着过是有在和与跟同或及还也都就会能可以要想请问该应需得地这那个些一二两三四五六七八九十百千万零很太更最非不没无别未")
@@ -644,8 +650,8 @@ for _w in sorted(_ZH_UNITS | _ZH_NOT_UNITS, key=len, reverse=True):
 
 
 def _inversion_terms(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """Candidate terms of a clause sequence with their spans: content words and persons, CJK content bigrams
-    and the single-character persons (我, 他)."""
+    """Candidate terms of a clause sequence with their spans, those that occur once: content words and
+    persons, units of measure, CJK content characters (猫, 人) and pairs of them (电脑, 安卓)."""
     spans: dict[str, tuple[int, int]] = {}
     seen: Counter = Counter()
     for i, u in enumerate(seq):
@@ -653,11 +659,12 @@ def _inversion_terms(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
             seen[u] += 1
             spans[u] = (i, i + 1)
         elif _CJK.match(u):
-            if u in _ZH_PARTY:
+            # one character is a term only as a word of its own (猫 in 猫会传染给人), not inside one (信用卡)
+            if u in _ZH_PARTY or (_zh_content(u) and not (i and _zh_content(seq[i - 1]))
+                                  and not (i + 1 < len(seq) and _zh_content(seq[i + 1]))):
                 seen[u] += 1
                 spans[u] = (i, i + 1)
-            if i + 1 < len(seq) and _CJK.match(seq[i + 1]) and u not in _ZH_INERT and seq[i + 1] not in _ZH_INERT \
-                    and u not in _RELATION_CLASS and seq[i + 1] not in _RELATION_CLASS:
+            if i + 1 < len(seq) and _zh_content(u) and _zh_content(seq[i + 1]):
                 gram = u + seq[i + 1]
                 seen[gram] += 1
                 spans[gram] = (i, i + 2)
@@ -667,25 +674,51 @@ def _inversion_terms(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     return {t: span for t, span in spans.items() if seen[t] == 1}
 
 
+def _zh_content(u: str) -> bool:
+    return len(u) == 1 and bool(_CJK.match(u)) and u not in _ZH_INERT and u not in _RELATION_CLASS \
+        and u not in _ZH_SYMMETRIC_VERBS
+
+
 def _relations(middle: tuple[str, ...]) -> set[str]:
+    """The relations a middle holds: the class of each direction or comparison word, and each Chinese
+    content character (a verb: 继承, 欠, 传染)."""
     found = set()
     for u in middle:
         cls = _RELATION_CLASS.get(u)
         if cls:
             found.add(cls)
-        elif _CJK.match(u) and u not in _ZH_INERT:
+        elif _zh_content(u):
             found.add(u)
     return found
+
+
+def _after(seq: tuple[str, ...], end: int) -> str | None:
+    """The content character right after a word, a 的 skipped: 杭州在上海(的)南边 -> 南."""
+    j = end + 1 if end < len(seq) and seq[end] in _POSSESSIVE_MARKS else end
+    return seq[j] if j < len(seq) and _zh_content(seq[j]) else None
+
+
+def _between(seq: tuple[str, ...], lo: int, hi: int) -> tuple[str, ...]:
+    """The units between two terms, less the rest of the words the terms are part of: between 抖音 and 字节
+    in 字节跳动是不是抖音 is 是不是, not 跳动是不是."""
+    while lo < hi and _zh_content(seq[lo]) and lo and _zh_content(seq[lo - 1]):
+        lo += 1
+    while hi > lo and _zh_content(seq[hi - 1]) and hi < len(seq) and _zh_content(seq[hi]):
+        hi -= 1
+    return seq[lo:hi]
 
 
 def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     """Two terms both texts share, in opposite orders, each time on either side of the same relation,
     however the rest was reworded: "train times from Leeds to York" / "when do trains leave York for Leeds",
-    美元兑日元汇率 / 日元换美元的汇率, 老公的工资比我高 / 我工资比老公高, iPhone 的通讯录怎么导到安卓手机 /
-    安卓手机通讯录如何导入 iPhone. A relation is a word of one class in both middles (than/比, to/到/入,
-    from/从, 兑/换, of/的) or a content word both middles share (a verb). Reordering that is wording is let
+    美元兑日元汇率 / 日元换美元的汇率, 老公的工资比我高 / 我工资比老公高, 猫会传染给人什么病 / 人会把什么病传染给猫.
+    A relation is a word of one class in both middles (than/比, to/到/入, from/从, 兑/换) or a Chinese
+    content character both middles share (a verb); or, where both middles only say "is" or "at" (是, 在)
+    or "of" (的), the same word right after the second term: 杭州在上海的南边 / 上海是不是在杭州南边, 抖音是
+    字节跳动的子公司 / 字节跳动是不是抖音的子公司, 妈妈的妹妹 / 妹妹的妈妈. Reordering that is wording is let
     through: a joint between the terms ("X and Y", X 和 Y, 还是), a clause break (a phrase fronted across a
-    comma), a passive in one text only (被, "by"), or a relation found in one text only."""
+    comma), a passive in one text only (被, "by"), a symmetric verb (连接, 兼容), a "to" whose term is an
+    owner (导入 iPhone 的照片), or a relation found in one text only."""
     if sa == sb or not sa or not sb:
         return False
     ta, tb = _inversion_terms(sa), _inversion_terms(sb)
@@ -694,22 +727,83 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
         return False
     for n, (x, (_, xa1)) in enumerate(shared):
         xb0, xb1 = tb[x]
-        for y, (ya0, _) in shared[n + 1:]:
+        for y, (ya0, ya1) in shared[n + 1:]:
             yb0, yb1 = tb[y]
             if ya0 < xa1 or xb0 < yb1:
                 continue  # overlapping in a, or the same order in b
-            mid_a, mid_b = sa[xa1:ya0], sb[yb1:xb0]
+            mid_a, mid_b = _between(sa, xa1, ya0), _between(sb, yb1, xb0)
             if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
                 continue
             if "|" in mid_a or "|" in mid_b:
                 continue
             if _INVERSION_JOINTS.intersection(mid_a + mid_b) or _ZH_CHOICE.search("".join(mid_a + mid_b)):
                 continue
-            if bool(_PASSIVE_MARKS.intersection(mid_a)) != bool(_PASSIVE_MARKS.intersection(mid_b)):
+            if _role_marked(sa, xa1, ya0) != _role_marked(sb, yb1, xb0):
                 continue
-            if _relations(mid_a) & _relations(mid_b):
+            shared_relations = _relations(mid_a) & _relations(mid_b)
+            if shared_relations - {"to", "from"}:
+                return True
+            # "to" and "from" govern the term right after them, and not an owner (导入 iPhone 的照片)
+            if _RELATION_CLASS.get(mid_a[-1]) in shared_relations and _RELATION_CLASS.get(mid_b[-1]) in shared_relations \
+                    and sa[ya1:ya1 + 1] != ("的",) and sb[xb1:xb1 + 1] != ("的",):
+                return True
+    return _zh_words_inverted(sa, sb)
+
+
+def _zh_words(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """The Chinese words of a sequence that occur once: runs of content characters (字节跳动, 子公司) and the
+    first and last two to six characters of each."""
+    runs: dict[str, tuple[int, int]] = {}
+    seen: Counter = Counter()
+    i = 0
+    while i < len(seq):
+        if not _zh_content(seq[i]):
+            i += 1
+            continue
+        j = i
+        while j < len(seq) and _zh_content(seq[j]):
+            j += 1
+        # the run, and its heads and tails (杭州 and 南边 of 杭州南边: Chinese writes no spaces)
+        for lo, hi in {(i, j), *((i, k) for k in range(i + 2, min(j, i + 7))),
+                       *((k, j) for k in range(max(i + 1, j - 6), j - 1))}:
+            word = "".join(seq[lo:hi])
+            seen[word] += 1
+            runs[word] = (lo, hi)
+        i = j
+    return {w: span for w, span in runs.items() if seen[w] == 1}
+
+
+def _zh_words_inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """Two Chinese words in opposite orders with only "is", "at" or "of" between them (是, 在, 的) in both
+    texts, and the same word after the second: 杭州在上海的南边 / 上海是不是在杭州南边, 抖音是字节跳动的子公司 /
+    字节跳动是不是抖音的子公司; or 的 alone between them: 妈妈的妹妹 / 妹妹的妈妈. A copula with nothing after
+    it asks one thing either way round (什么是黑洞 / 黑洞是什么)."""
+    wa, wb = _zh_words(sa), _zh_words(sb)
+    shared = [(w, span) for w, span in sorted(wa.items(), key=lambda kv: kv[1]) if w in wb]
+    if len(shared) > _ORDER_MAX_TERMS:
+        return False
+    for n, (x, (_, xa1)) in enumerate(shared):
+        xb0, xb1 = wb[x]
+        for y, (ya0, ya1) in shared[n + 1:]:
+            yb0, _ = wb[y]
+            if xb0 < yb0:
+                continue
+            mid_a, mid_b = sa[xa1:ya0], sb[wb[y][1]:xb0]
+            if not mid_a or not mid_b or "|" in mid_a + mid_b or not all(_CJK.match(u) for u in mid_a + mid_b):
+                continue
+            if _relations(mid_a) or _relations(mid_b) or _ZH_JOINTS.intersection(mid_a + mid_b):
+                continue
+            if set(mid_a) | set(mid_b) <= _POSSESSIVE_MARKS:
+                return True  # X 的 Y / Y 的 X
+            after = _after(sa, ya1)
+            if after is not None and after == _after(sb, xb1):
                 return True
     return False
+
+
+_POSSESSIVE_MARKS = frozenset("的之")
+# Verbs that relate two things either way round: 苹果电脑怎么连接打印机 / 打印机怎么连苹果电脑.
+_ZH_SYMMETRIC_VERBS = frozenset("连接配兼容搭混合婚聊")
 
 
 _DIRECTION_ROLE = {**dict.fromkeys(("to", "into", "onto", "toward", "towards", "到", "往", "去", "至", "入"), "to"),
