@@ -22,7 +22,7 @@ from engine.layers.attention import (
     flash_attn_available,
     select_attention_backend,
 )
-from engine.layers.cpu_kernels import paged_decode
+from engine.layers.cpu_kernels import load_library
 from engine.layers.linear import pack_linear_weights, packing_available
 from engine.layers.quant import quantize_model
 from engine.loader import load_weights
@@ -133,9 +133,11 @@ class ModelRunner:
         backend = select_attention_backend(self.device.type, flash_attn_available(), config.block_size)
         attention = FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention
         # CPU fp32: decodes attend straight from the paged cache (no K/V gather) when the C kernel builds
-        self.decode_kernel = (paged_decode() if backend == "torch_sdpa" and self.device.type == "cpu"
+        self.decode_kernel = (load_library() if backend == "torch_sdpa" and self.device.type == "cpu"
                               and self.dtype == torch.float32 and config.c_kernels else None)
         self.model.set_attention(attention, self.decode_kernel)
+        if self.decode_kernel is not None:  # the same library: fused norms and SwiGLU
+            self.model.set_cpu_kernels(self.decode_kernel)
         self.attention_backend = backend
         self.num_blocks = num_kv_blocks(config, model_config, self.device)
         self.scratch_block = self.num_blocks  # one extra block: padded slots of CUDA-graph batches write here

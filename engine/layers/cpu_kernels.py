@@ -1,7 +1,8 @@
 """Small C kernels for the CPU path, compiled with the system C compiler on first use and cached on disk.
 
 Plain C through ctypes (no torch headers): builds in about a second, and where no compiler is found or the build
-fails, `paged_decode()` returns None and the engine keeps its pure-torch path.
+fails, `load_library()` returns None and the engine keeps its pure-torch path. `paged_decode.c`: decode attention
+over the paged cache; `fused_ops.c`: RMSNorm with its residual add.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("paged_decode.c")
+SOURCES = [Path(__file__).with_name(name) for name in ("paged_decode.c", "fused_ops.c")]
 # -ffp-contract=fast: a * b + c as one fused multiply-add (ISO C mode otherwise forbids it): faster and no less
 # exact; reassociation stays off (no -ffast-math), so sums keep the order the source spells.
 FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
@@ -55,44 +56,63 @@ def _compiler_key(cc: str) -> str:
 def _remove_stale(keep: Path) -> None:
     """Libraries of older sources, flags or compilers are never loaded again: remove them (a process still
     running one keeps its mapping)."""
-    for old in keep.parent.glob("paged_decode-*.so"):
+    for old in [*keep.parent.glob("paged_decode-*.so"), *keep.parent.glob("cpu_kernels-*.so")]:
         if old != keep:
             with contextlib.suppress(OSError):
                 old.unlink()
 
 
 @cache
-def paged_decode() -> ctypes.CDLL | None:
+def load_library() -> ctypes.CDLL | None:
     """The compiled kernel library, or None (disabled, no compiler, a failed build or load)."""
     if os.environ.get("ENGINE_NO_C_KERNELS", "0") not in ("", "0"):
         return None
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
-        log.info("no C compiler: decode attention gathers K/V through torch")
+        log.info("no C compiler: decode attention gathers K/V through torch, elementwise ops run in torch")
         return None
     try:
-        source = SOURCE.read_bytes()  # absent from an install that dropped package data: the torch path
+        source = b"".join(path.read_bytes() for path in SOURCES)  # absent from an install that dropped package data
         key = "\n".join([" ".join(FLAGS), _compiler_key(cc), _cpu_key()])
         digest = hashlib.sha256(source + key.encode()).hexdigest()[:16]
-        lib_path = _cache_dir() / f"paged_decode-{digest}.so"
+        lib_path = _cache_dir() / f"cpu_kernels-{digest}.so"
         if not lib_path.exists():
             lib_path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=lib_path.parent) as tmp:  # built aside, then renamed: atomic
                 out = Path(tmp) / lib_path.name
-                subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(out), "-lm"], check=True, capture_output=True,
-                               timeout=120)
+                subprocess.run([cc, *FLAGS, *map(str, SOURCES), "-o", str(out), "-lm"], check=True,
+                               capture_output=True, timeout=120)
                 os.replace(out, lib_path)
             _remove_stale(lib_path)
         lib = ctypes.CDLL(str(lib_path))
     except (OSError, subprocess.SubprocessError) as exc:
         stderr = getattr(exc, "stderr", None)  # a failed build says why only on its stderr
         detail = f"{exc}: {stderr.decode(errors='replace')[-2000:]}" if stderr else str(exc)
-        log.warning("C decode-attention kernel unavailable (%s): using the torch path", detail)
+        log.warning("C kernels unavailable (%s): using the torch path", detail)
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.paged_decode_attention.argtypes = [ptr] * 7 + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
-    lib.paged_decode_attention.restype = None
+    lib.add_rms_norm.argtypes = [ptr] * 4 + [i64] * 2 + [ctypes.c_float, ctypes.c_int]
+    for fn in (lib.paged_decode_attention, lib.add_rms_norm):
+        fn.restype = None
     return lib
+
+
+def _is_cpu_float32(*tensors: torch.Tensor) -> bool:
+    return all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+
+
+def add_rms_norm(lib: ctypes.CDLL, residual: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor,
+                 eps: float) -> torch.Tensor:
+    """`residual += delta` in place (when given), then RMSNorm of it: [rows, dim] float32, weight [dim]."""
+    rows, dim = residual.shape
+    if not (_is_cpu_float32(residual, weight, *([] if delta is None else [delta])) and weight.shape == (dim,)
+            and (delta is None or delta.shape == residual.shape)):
+        raise ValueError(f"add_rms_norm: bad inputs ({tuple(residual.shape)}, weight {tuple(weight.shape)})")
+    out = torch.empty_like(residual)
+    lib.add_rms_norm(residual.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(),
+                     out.data_ptr(), rows, dim, eps, torch.get_num_threads())
+    return out
 
 
 class KernelScratch:

@@ -54,7 +54,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))  # in place: one activation-sized buffer fewer
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -65,9 +65,13 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
 
-    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        x = x + self.self_attn(rope, self.input_layernorm(x), meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata,
+                delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: the residual stream, delta: the previous layer's MLP output not yet added to it (None at the first
+        layer). Returns (x, this layer's MLP output): each add is left to the next norm, which fuses it."""
+        x, h = self.input_layernorm.add_norm(x, delta)
+        x, h = self.post_attention_layernorm.add_norm(x, self.self_attn(rope, h, meta))
+        return x, self.mlp(h)
 
 
 class LlamaForCausalLM(nn.Module):
@@ -99,9 +103,10 @@ class LlamaForCausalLM(nn.Module):
         """Hidden states [T, hidden] for the flattened tokens of one step."""
         x = self.embed_tokens(input_ids)
         rope = self.rotary.lookup(positions, x.dtype)
+        delta = None
         for layer in self.layers:
-            x = layer(rope, x, meta)
-        return self.norm(x)
+            x, delta = layer(rope, x, meta, delta)
+        return self.norm.add_norm(x, delta)[1]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
@@ -120,6 +125,12 @@ class LlamaForCausalLM(nn.Module):
             return
         for layer in self.layers:
             layer.self_attn.attn = make(scale)
+
+    def set_cpu_kernels(self, lib: ctypes.CDLL) -> None:
+        """Residual adds and norms through the C library's fused pass (CPU, float32)."""
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.kernels = lib
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Copy HF-named tensors in, fusing q/k/v and gate/up; a missing or unexpected name is an error."""

@@ -124,11 +124,11 @@ def test_cuda_graph_selection() -> None:
 def test_c_decode_kernel_matches_gathered_sdpa() -> None:
     """The in-place C decode kernel (scattered blocks, GQA, ragged lengths incl. a partial last block) agrees
     with the torch gather + SDPA path to float rounding."""
-    from engine.layers.cpu_kernels import paged_decode, paged_decode_attention
+    from engine.layers.cpu_kernels import load_library, paged_decode_attention
 
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: the engine runs the torch path")
-    lib = paged_decode()
+    lib = load_library()
     assert lib is not None  # a compiler is here: a failed build must not pass as "no compiler"
     torch.manual_seed(0)
     hkv, hq, nb, bs, d = 2, 6, 40, 16, 20  # head_dim not a multiple of 8: the kernel's tail loops run too
@@ -144,9 +144,9 @@ def test_c_decode_kernel_matches_gathered_sdpa() -> None:
 def test_c_decode_kernel_refuses_inputs_that_do_not_fit_the_cache() -> None:
     """The C side trusts every size it is given: a wrong head size, batch or head grouping is a ValueError in
     Python, never an out-of-bounds read."""
-    from engine.layers.cpu_kernels import paged_decode, paged_decode_attention
+    from engine.layers.cpu_kernels import load_library, paged_decode_attention
 
-    lib = paged_decode()
+    lib = load_library()
     if lib is None:
         pytest.skip("no C kernel here")
     k_cache = v_cache = torch.zeros(2, 8, 16, 20)
@@ -157,3 +157,22 @@ def test_c_decode_kernel_refuses_inputs_that_do_not_fit_the_cache() -> None:
                     (torch.zeros(3, 6, 20), tables, lens.int())):  # lengths not int64
         with pytest.raises(ValueError):
             paged_decode_attention(lib, q, k_cache, v_cache, t, n, 0.2)
+
+
+def test_fused_add_norm_matches_torch() -> None:
+    """fused_ops.c: residual add + RMSNorm agree with the torch ops they replace."""
+    from engine.layers.cpu_kernels import add_rms_norm, load_library
+    from engine.layers.norm import RMSNorm
+
+    lib = load_library()
+    if lib is None:
+        pytest.skip("no C kernel here")
+    torch.manual_seed(0)
+    norm = RMSNorm(20, 1e-5)  # 20: not a multiple of 8, the tail loop runs too
+    norm.weight.data = torch.randn(20)
+    residual, delta = torch.randn(5, 20), torch.randn(5, 20)
+    want_sum = residual + delta
+    got = add_rms_norm(lib, residual, delta, norm.weight.detach(), norm.eps)
+    torch.testing.assert_close(residual, want_sum)  # added in place
+    torch.testing.assert_close(got, norm(want_sum))
+    torch.testing.assert_close(add_rms_norm(lib, residual, None, norm.weight.detach(), norm.eps), norm(residual))

@@ -115,3 +115,11 @@ def test_preemption_and_recompute_match_hf(prompts, reference) -> None:
     stats = tiny.stats()
     assert stats.preemptions > 0
     assert stats.num_free_blocks == stats.num_total_blocks
+
+
+def test_plain_torch_path_matches_hf(prompts, reference) -> None:
+    """Without the C kernels (decode attention, fused add + norm) and without packed oneDNN weights: the
+    pure-torch path a machine without a compiler or oneDNN runs."""
+    plain = LLMEngine(EngineConfig(num_threads=1, c_kernels=False, pack_weights=False))
+    assert plain.runner.decode_kernel is None
+    assert _run(plain, prompts[:3]) == reference[:3]
