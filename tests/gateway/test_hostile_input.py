@@ -80,6 +80,7 @@ def test_text_part_with_non_string_text_is_a_400(gw) -> None:
     [
         ({"tools": {"type": "function"}}, "tools", "invalid_type"),
         ({"tools": [{"type": "function", "function": {"name": 3}}]}, "tools[0].function", "invalid_type"),
+        ({"tool_choice": 3}, "tool_choice", "invalid_type"),  # checked without tools too, as OpenAI does
         ({"stop": 7}, "stop", "invalid_type"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "invalid_value"),
         ({"n": "2"}, "n", "invalid_type"),
