@@ -649,6 +649,7 @@ for _w in sorted(_ZH_UNITS | _ZH_NOT_UNITS, key=len, reverse=True):
     _ZH_UNIT_WORDS[_w[0]] += (_w,)
 
 
+@lru_cache(maxsize=4096)
 def _inversion_terms(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """Candidate terms of a clause sequence with their spans, those that occur once: content words and
     persons, units of measure, CJK content characters (猫, 人) and pairs of them (电脑, 安卓)."""
@@ -675,8 +676,9 @@ def _inversion_terms(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
 
 
 def _zh_content(u: str) -> bool:
-    return len(u) == 1 and bool(_CJK.match(u)) and u not in _ZH_INERT and u not in _RELATION_CLASS \
-        and u not in _ZH_SYMMETRIC_VERBS
+    """A Chinese character that can be part of a term or name a relation (not a particle, a question word,
+    a joint, a direction or a symmetric verb). Plain comparisons: this runs for every character of a pair."""
+    return len(u) == 1 and "\u3400" <= u <= "\u9fff" and u not in _ZH_NOT_CONTENT
 
 
 def _relations(middle: tuple[str, ...]) -> set[str]:
@@ -750,6 +752,7 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     return _zh_words_inverted(sa, sb)
 
 
+@lru_cache(maxsize=4096)
 def _zh_words(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """The Chinese words of a sequence that occur once: runs of content characters (字节跳动, 子公司) and the
     first and last two to six characters of each."""
@@ -789,10 +792,13 @@ def _zh_words_inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
             if xb0 < yb0:
                 continue
             mid_a, mid_b = sa[xa1:ya0], sb[wb[y][1]:xb0]
-            if not mid_a or not mid_b or "|" in mid_a + mid_b or not all(_CJK.match(u) for u in mid_a + mid_b):
+            if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
                 continue
-            if _relations(mid_a) or _relations(mid_b) or _ZH_JOINTS.intersection(mid_a + mid_b):
+            if "|" in mid_a + mid_b or not all(_CJK.match(u) for u in mid_a + mid_b):
                 continue
+            if _relations(mid_a) or _relations(mid_b) or _ZH_JOINTS.intersection(mid_a + mid_b) \
+                    or _ZH_CHOICE.search("".join(mid_a + mid_b)):
+                continue  # (苹果还是香蕉好 / 香蕉还是苹果好: a choice asks one thing either way round)
             if set(mid_a) | set(mid_b) <= _POSSESSIVE_MARKS:
                 return True  # X 的 Y / Y 的 X
             after = _after(sa, ya1)
@@ -804,6 +810,7 @@ def _zh_words_inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
 _POSSESSIVE_MARKS = frozenset("的之")
 # Verbs that relate two things either way round: 苹果电脑怎么连接打印机 / 打印机怎么连苹果电脑.
 _ZH_SYMMETRIC_VERBS = frozenset("连接配兼容搭混合婚聊")
+_ZH_NOT_CONTENT = _ZH_INERT | frozenset(_RELATION_CLASS) | _ZH_SYMMETRIC_VERBS
 
 
 _DIRECTION_ROLE = {**dict.fromkeys(("to", "into", "onto", "toward", "towards", "到", "往", "去", "至", "入"), "to"),

@@ -86,6 +86,20 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     # a URL is one opaque token, its slashes no direction words
     ("Can you summarize https://example.com/blog/post-one for me?",
      "Give me a short summary of the article at https://example.com/blog/post-two", "opaque"),
+    # the general order check: two shared terms on either side of one relation class, however reworded
+    ("Train times from Leeds to York", "when do trains leave York for Leeds", "order"),  # leave X for Y
+    ("How do I convert kilometres to miles?", "miles to km conversion", "order"),  # a unit's spellings
+    ("美元兑日元汇率是多少？", "日元换美元的汇率", "order"),  # 兑 and 换 one relation
+    ("iPhone 的通讯录怎么导到安卓手机？", "安卓手机通讯录如何导入iPhone", "order"),  # 到 and 入
+    ("老公的工资比我高，家务谁做？", "我工资比老公高，家务该谁做", "order"),
+    ("猫会传染给人什么病？", "人会把什么病传染给猫", "order"),  # one-character words, a shared verb
+    ("杭州在上海的南边吗？", "上海是不是在杭州南边", "order"),  # the same word after the second term
+    ("抖音是字节跳动的子公司吗？", "字节跳动是不是抖音的子公司", "order"),
+    ("妈妈的妹妹叫什么？", "妹妹的妈妈怎么称呼", "order"),
+    # a journey's start and end flipped in place; the unit a "how many" asks for swapped
+    ("What's the best way to go from Kyoto to Osaka?", "best way to get to Kyoto from Osaka", "order"),
+    ("How many teaspoons make a tablespoon?", "how many tablespoons in a teaspoon", "order"),
+    ("一公斤等于多少斤？", "一斤等于多少公斤？", "order"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -132,6 +146,18 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("Why does my cat ignore me?", "Why am I ignored by my cat?"),  # a passive keeps the roles
     ("How do I get my security deposit back from my landlord?",
      "Moved out two months ago and my landlord is still holding the deposit. How do I get it back?"),
+    # the same-answer counterparts of the general order check's traps
+    ("Flights from Madrid to Rome tomorrow", "flights leaving Madrid for Rome tomorrow"),
+    ("How do I convert kilometres to miles?", "km to miles conversion"),
+    ("What's the best way to go from Kyoto to Osaka?", "best way to get to Osaka from Kyoto"),
+    ("How many teaspoons make a tablespoon?", "how many teaspoons in a tablespoon"),
+    ("一公斤等于多少斤？", "1公斤是几斤"),
+    ("苹果电脑怎么连接打印机？", "打印机怎么连苹果电脑"),  # a symmetric verb
+    ("信用卡还款可以用花呗吗？", "花呗能还信用卡吗"),  # an instrument (用) in one text only
+    ("iPhone 照片怎么传到电脑上？", "电脑上怎么导入 iPhone 的照片"),  # 导入 an owner: no destination
+    ("北京是中国的首都吗？", "中国的首都是北京吗"),
+    ("在上海，外地车能上高架吗？", "外地车在上海能不能上高架"),  # fronted across a comma
+    ("我用的是公司邮箱注册的账号，想换成个人邮箱", "账号绑定的公司邮箱要换成自己的邮箱"),
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
