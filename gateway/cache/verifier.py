@@ -34,6 +34,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -719,37 +720,44 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     or "of" (的), the same word right after the second term: 杭州在上海的南边 / 上海是不是在杭州南边, 抖音是
     字节跳动的子公司 / 字节跳动是不是抖音的子公司, 妈妈的妹妹 / 妹妹的妈妈. Reordering that is wording is let
     through: a joint between the terms ("X and Y", X 和 Y, 还是), a clause break (a phrase fronted across a
-    comma), a passive in one text only (被, "by"), a symmetric verb (连接, 兼容), a "to" whose term is an
-    owner (导入 iPhone 的照片), or a relation found in one text only."""
+    comma), a passive or an instrument in one text only (被, 用, "by"), a symmetric verb (连接, 兼容), a "to"
+    whose term is an owner (导入 iPhone 的照片), or a relation found in one text only."""
     if sa == sb or not sa or not sb:
         return False
-    ta, tb = _inversion_terms(sa), _inversion_terms(sb)
+    for xa1, ya0, ya1, yb1, xb0, xb1 in _crossings(_inversion_terms(sa), _inversion_terms(sb)):
+        mid_a, mid_b = _between(sa, xa1, ya0), _between(sb, yb1, xb0)
+        if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
+            continue
+        if "|" in mid_a or "|" in mid_b:
+            continue
+        if _INVERSION_JOINTS.intersection(mid_a + mid_b) or _ZH_CHOICE.search("".join(mid_a + mid_b)):
+            continue
+        if _role_marked(sa, xa1, ya0) != _role_marked(sb, yb1, xb0):
+            continue
+        shared_relations = _relations(mid_a) & _relations(mid_b)
+        if shared_relations - {"to", "from"}:
+            return True
+        # "to" and "from" govern the term right after them, and not an owner (导入 iPhone 的照片)
+        if _RELATION_CLASS.get(mid_a[-1]) in shared_relations and _RELATION_CLASS.get(mid_b[-1]) in shared_relations \
+                and sa[ya1:ya1 + 1] != ("的",) and sb[xb1:xb1 + 1] != ("的",):
+            return True
+    return _zh_words_inverted(sa, sb)
+
+
+def _crossings(ta: dict[str, tuple[int, int]],
+               tb: dict[str, tuple[int, int]]) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """Every two terms of both texts in opposite orders, not overlapping, as positions: the end of the first
+    in a, the start and end of the second in a, the end of the second in b and the start and end of the first
+    in b. Nothing past _ORDER_MAX_TERMS shared terms (a hostile text, not a question)."""
     shared = [(t, span) for t, span in sorted(ta.items(), key=lambda kv: kv[1]) if t in tb]
     if len(shared) > _ORDER_MAX_TERMS:
-        return False
+        return
     for n, (x, (_, xa1)) in enumerate(shared):
         xb0, xb1 = tb[x]
         for y, (ya0, ya1) in shared[n + 1:]:
             yb0, yb1 = tb[y]
-            if ya0 < xa1 or xb0 < yb1:
-                continue  # overlapping in a, or the same order in b
-            mid_a, mid_b = _between(sa, xa1, ya0), _between(sb, yb1, xb0)
-            if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
-                continue
-            if "|" in mid_a or "|" in mid_b:
-                continue
-            if _INVERSION_JOINTS.intersection(mid_a + mid_b) or _ZH_CHOICE.search("".join(mid_a + mid_b)):
-                continue
-            if _role_marked(sa, xa1, ya0) != _role_marked(sb, yb1, xb0):
-                continue
-            shared_relations = _relations(mid_a) & _relations(mid_b)
-            if shared_relations - {"to", "from"}:
-                return True
-            # "to" and "from" govern the term right after them, and not an owner (导入 iPhone 的照片)
-            if _RELATION_CLASS.get(mid_a[-1]) in shared_relations and _RELATION_CLASS.get(mid_b[-1]) in shared_relations \
-                    and sa[ya1:ya1 + 1] != ("的",) and sb[xb1:xb1 + 1] != ("的",):
-                return True
-    return _zh_words_inverted(sa, sb)
+            if ya0 >= xa1 and xb0 >= yb1:
+                yield xa1, ya0, ya1, yb1, xb0, xb1
 
 
 @lru_cache(maxsize=4096)
@@ -781,29 +789,20 @@ def _zh_words_inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     texts, and the same word after the second: 杭州在上海的南边 / 上海是不是在杭州南边, 抖音是字节跳动的子公司 /
     字节跳动是不是抖音的子公司; or 的 alone between them: 妈妈的妹妹 / 妹妹的妈妈. A copula with nothing after
     it asks one thing either way round (什么是黑洞 / 黑洞是什么)."""
-    wa, wb = _zh_words(sa), _zh_words(sb)
-    shared = [(w, span) for w, span in sorted(wa.items(), key=lambda kv: kv[1]) if w in wb]
-    if len(shared) > _ORDER_MAX_TERMS:
-        return False
-    for n, (x, (_, xa1)) in enumerate(shared):
-        xb0, xb1 = wb[x]
-        for y, (ya0, ya1) in shared[n + 1:]:
-            yb0, _ = wb[y]
-            if xb0 < yb0:
-                continue
-            mid_a, mid_b = sa[xa1:ya0], sb[wb[y][1]:xb0]
-            if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
-                continue
-            if "|" in mid_a + mid_b or not all(_CJK.match(u) for u in mid_a + mid_b):
-                continue
-            if _relations(mid_a) or _relations(mid_b) or _ZH_JOINTS.intersection(mid_a + mid_b) \
-                    or _ZH_CHOICE.search("".join(mid_a + mid_b)):
-                continue  # (苹果还是香蕉好 / 香蕉还是苹果好: a choice asks one thing either way round)
-            if set(mid_a) | set(mid_b) <= _POSSESSIVE_MARKS:
-                return True  # X 的 Y / Y 的 X
-            after = _after(sa, ya1)
-            if after is not None and after == _after(sb, xb1):
-                return True
+    for xa1, ya0, ya1, yb1, xb0, xb1 in _crossings(_zh_words(sa), _zh_words(sb)):
+        mid_a, mid_b = sa[xa1:ya0], sb[yb1:xb0]
+        if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
+            continue
+        if "|" in mid_a + mid_b or not all(_CJK.match(u) for u in mid_a + mid_b):
+            continue
+        if _relations(mid_a) or _relations(mid_b) or _ZH_JOINTS.intersection(mid_a + mid_b) \
+                or _ZH_CHOICE.search("".join(mid_a + mid_b)):
+            continue  # (苹果还是香蕉好 / 香蕉还是苹果好: a choice asks one thing either way round)
+        if set(mid_a) | set(mid_b) <= _POSSESSIVE_MARKS:
+            return True  # X 的 Y / Y 的 X
+        after = _after(sa, ya1)
+        if after is not None and after == _after(sb, xb1):
+            return True
     return False
 
 
