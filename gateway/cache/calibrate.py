@@ -278,13 +278,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from gateway.cache.embedder import shared_embedder
 
+    try:  # a bad precision or backend in the environment: a usage error (2), not "no threshold" (1)
+        embedder = shared_embedder()
+    except ValueError as e:
+        print(f"llm-gateway cache calibrate: {e}", file=sys.stderr)
+        return 2
     judge_text = "none"
     judge = closer = None
     if semantic.judge is not None and policy is not None:
         judge, closer = _policy_judge(policy, semantic.judge)
         judge_text = (f"{semantic.judge.model} on {semantic.judge.backend}, from {semantic.judge.threshold:.2f}, "
                       f"P(yes) >= {semantic.judge.min_confidence}")
-    result = calibrate(pairs, shared_embedder(), semantic, args.max_wrong, judge=judge, fits=window_fits(pairs),
+    result = calibrate(pairs, embedder, semantic, args.max_wrong, judge=judge, fits=window_fits(pairs),
                        judge_close=closer)
     same = sum(p.same for p in pairs)
     print(f"{len(pairs)} pairs ({same} should hit, {len(pairs) - same} must not) from {args.pairs}")

@@ -20,6 +20,7 @@ Synchronous on purpose: it runs on the semantic worker thread, never on the even
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -342,14 +343,19 @@ def _cached_session(target: Path) -> Any | None:
 
 
 def _keep(target: Path, graph: bytes) -> None:
+    temp: str | None = None
     try:  # atomically, so that concurrent gateways never read half a file
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".export-", delete=False) as f:
+            temp = f.name
             f.write(graph)
         os.chmod(f.name, 0o644)  # a shared cache directory: other users of the machine may reuse it
         os.replace(f.name, target)
-    except OSError as e:  # read-only home: run from memory, make it again next start
+    except OSError as e:  # read-only home or full disk: run from memory, make it again next start
         log.warning("semantic cache: cannot keep the ONNX graph at %s (%s)", target, e)
+        if temp is not None:  # a full disk: never leave tens of MB of half-written graph behind each start
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
 
 def onnx_forward(path: Path, tokens: WordPieces, directory: Path | None = None,

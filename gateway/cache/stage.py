@@ -262,7 +262,7 @@ class CacheStage:
                 "lookups": lookups,
                 "semantic_indexed": len(self.worker.indexes),
                 "semantic_scopes": len(self.worker.indexes.scopes),
-                "embedder": "ready" if self.worker.ready else "not loaded",
+                "embedder": self.worker.state,  # e.g. "ready (onnx/int8)"
                 "timings": self.worker.timings.as_dict(),
             },
         }

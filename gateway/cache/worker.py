@@ -140,6 +140,14 @@ class SemanticWorker:
         return self._encoder is not None
 
     @property
+    def state(self) -> str:
+        """For /admin/cache/stats: which runner this worker embeds with (int8 may have fallen back to fp32)."""
+        if self._encoder is None:
+            return "not loaded"
+        parts = [str(getattr(self._encoder, name)) for name in ("backend", "precision") if hasattr(self._encoder, name)]
+        return f"ready ({'/'.join(parts)})" if parts else "ready"
+
+    @property
     def loading(self) -> bool:
         return not self._loaded.is_set()
 

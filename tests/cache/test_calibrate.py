@@ -88,6 +88,19 @@ def test_one_label_only_or_a_missing_file_exits_2(tmp_path: Path, capsys) -> Non
     assert "cannot read" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("name", "value", "message"), [("PRECISION", "fp16", "int8 or fp32"),
+                                                           ("BACKEND", "tensorrt", "onnx or torch")])
+def test_a_bad_embedder_setting_is_a_usage_error(tmp_path: Path, capsys, monkeypatch, name: str, value: str,
+                                                 message: str) -> None:
+    import gateway.cache.embedder as embedder_module
+
+    monkeypatch.setattr(embedder_module, "_shared", None)  # no embedder loaded by an earlier test in this process
+    monkeypatch.setenv(f"LLM_GATEWAY_EMBED_{name}", value)
+    assert main(["--pairs", str(write(tmp_path, PAIRS))]) == 2  # 2: usage, not 1 ("no threshold within budget")
+    err = capsys.readouterr().err
+    assert err.startswith("llm-gateway cache calibrate: ") and message in err and "Traceback" not in err
+
+
 def test_the_cli_dispatches_to_calibrate(tmp_path: Path, capsys) -> None:
     from gateway.cli import main as cli_main
 

@@ -127,7 +127,6 @@ def test_default_runner_is_onnx_int8_close_to_fp32_and_the_same_in_any_batch(emb
     assert cosines[worst] >= MIN_INT8_COSINE, (SENTENCES[worst], float(cosines[worst]))
     assert float(cosines.mean()) >= MIN_INT8_MEAN_COSINE
     assert float(cosines.min()) < 0.99999  # really the int8 graph, not the fp32 one under another name
-    assert embedder_module.MIN_INT8_COSINE >= MIN_INT8_COSINE
 
 
 def test_torch_runner_is_the_fallback_and_matches_sentence_transformers(torch_fallback, reference) -> None:
@@ -190,6 +189,28 @@ def test_a_failed_quantization_runs_the_fp32_graph(tmp_path: Path, monkeypatch, 
     assert (fallback.backend, fallback.precision) == ("onnx", "fp32")
     assert_matches(fallback.encode(SENTENCES[:6]), reference[:6])
     assert not embedder_module.graph_file(tmp_path, model_dir(), "int8").exists()
+
+
+def test_an_int8_graph_that_strays_runs_the_fp32_graph(tmp_path: Path, monkeypatch, caplog, fp32, reference) -> None:
+    monkeypatch.setattr(embedder_module, "MIN_INT8_COSINE", 1.01)  # no int8 graph can agree that closely
+    key = embedder_module._weights_key(model_dir())
+    (tmp_path / f"all-MiniLM-L6-v2-{key}.onnx").write_bytes(embedder_module.graph_file(
+        embedder_module.cache_dir(), model_dir(), "fp32").read_bytes())  # the fp32 export (the fixture made sure)
+    with caplog.at_level("WARNING", logger="gateway.cache"):
+        fallback = MiniLMEmbedder(directory=tmp_path)
+    assert (fallback.backend, fallback.precision) == ("onnx", "fp32")
+    assert any("strays from the fp32 one" in r.getMessage() for r in caplog.records)
+    assert_matches(fallback.encode(SENTENCES[:6]), reference[:6])
+    assert not embedder_module.graph_file(tmp_path, model_dir(), "int8").exists()  # never kept: tried next start
+
+
+def test_a_graph_that_cannot_be_kept_leaves_no_temporary_file(tmp_path: Path, monkeypatch) -> None:
+    def full_disk(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(embedder_module.os, "replace", full_disk)
+    embedder_module._keep(tmp_path / "graph.onnx", b"graph bytes")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unknown_backend_or_precision_is_refused() -> None:

@@ -169,7 +169,7 @@ def test_stats_report_process_counters(gw) -> None:
     ask(srv, "What is an API ?")
     stats = admin(srv, "GET", "/admin/cache/stats").json()
     process = stats["process"]
-    assert process["embedder"] == "ready"
+    assert process["embedder"] == "ready (onnx/int8)"  # the default runner, named
     assert process["lookups"]["semantic"]["hit"] >= 1
     assert process["semantic_indexed"] >= 1
     assert process["timings"]["embed_ms_per_batch"] > 0
