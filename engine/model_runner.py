@@ -136,7 +136,7 @@ class ModelRunner:
         self.decode_kernel = (load_library() if backend == "torch_sdpa" and self.device.type == "cpu"
                               and self.dtype == torch.float32 and config.c_kernels else None)
         self.model.set_attention(attention, self.decode_kernel)
-        if self.decode_kernel is not None:  # the same library: fused norms and SwiGLU
+        if self.decode_kernel is not None:  # the same library: residual adds fused into the norms
             self.model.set_cpu_kernels(self.decode_kernel)
         self.attention_backend = backend
         self.num_blocks = num_kv_blocks(config, model_config, self.device)

@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 
@@ -53,12 +54,17 @@ def _compiler_key(cc: str) -> str:
         return cc
 
 
+STALE_AFTER_S = 7 * 24 * 3600
+
+
 def _remove_stale(keep: Path) -> None:
-    """Libraries of older sources, flags or compilers are never loaded again: remove them (a process still
-    running one keeps its mapping)."""
+    """Libraries of other sources, flags or compilers unused for a week: remove them. Not sooner: two checkouts
+    or installs at different versions may share this cache, and one must not delete the library the other has
+    just checked for and is about to load (a process already running one keeps its mapping)."""
+    cutoff = time.time() - STALE_AFTER_S
     for old in [*keep.parent.glob("paged_decode-*.so"), *keep.parent.glob("cpu_kernels-*.so")]:
-        if old != keep:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if old != keep and old.stat().st_mtime < cutoff:
                 old.unlink()
 
 
@@ -98,7 +104,7 @@ def load_library() -> ctypes.CDLL | None:
     return lib
 
 
-def _is_cpu_float32(*tensors: torch.Tensor) -> bool:
+def is_cpu_float32(*tensors: torch.Tensor) -> bool:
     return all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
 
 
@@ -106,7 +112,7 @@ def add_rms_norm(lib: ctypes.CDLL, residual: torch.Tensor, delta: torch.Tensor |
                  eps: float) -> torch.Tensor:
     """`residual += delta` in place (when given), then RMSNorm of it: [rows, dim] float32, weight [dim]."""
     rows, dim = residual.shape
-    if not (_is_cpu_float32(residual, weight, *([] if delta is None else [delta])) and weight.shape == (dim,)
+    if not (is_cpu_float32(residual, weight, *([] if delta is None else [delta])) and weight.shape == (dim,)
             and (delta is None or delta.shape == residual.shape)):
         raise ValueError(f"add_rms_norm: bad inputs ({tuple(residual.shape)}, weight {tuple(weight.shape)})")
     out = torch.empty_like(residual)
@@ -120,11 +126,11 @@ class KernelScratch:
     whose layers run one after another, so the C side never allocates."""
 
     def __init__(self) -> None:
-        self.buffer = torch.empty(0)
+        self.buffer = torch.empty(0, dtype=torch.float32, device="cpu")
 
     def get(self, numel: int) -> torch.Tensor:
         if self.buffer.numel() < numel:
-            self.buffer = torch.empty(numel)
+            self.buffer = torch.empty(numel, dtype=torch.float32, device="cpu")  # whatever torch's defaults are
         return self.buffer
 
 

@@ -7,7 +7,7 @@ import ctypes
 import torch
 from torch import nn
 
-from engine.layers.cpu_kernels import add_rms_norm
+from engine.layers.cpu_kernels import add_rms_norm, is_cpu_float32
 
 
 class RMSNorm(nn.Module):
@@ -26,7 +26,8 @@ class RMSNorm(nn.Module):
     def add_norm(self, residual: torch.Tensor, delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(residual + delta, its norm). The C kernel adds in place, in one pass with the norm; delta None: the
         norm alone."""
-        if self.kernels is not None and residual.dim() == 2 and residual.dtype == torch.float32:
+        if self.kernels is not None and residual.dim() == 2 and is_cpu_float32(
+                residual, self.weight, *([] if delta is None else [delta])):
             return residual, add_rms_norm(self.kernels, residual, delta, self.weight, self.eps)
         if delta is not None:
             residual = residual + delta

@@ -176,3 +176,20 @@ def test_fused_add_norm_matches_torch() -> None:
     torch.testing.assert_close(residual, want_sum)  # added in place
     torch.testing.assert_close(got, norm(want_sum))
     torch.testing.assert_close(add_rms_norm(lib, residual, None, norm.weight.detach(), norm.eps), norm(residual))
+
+
+def test_stale_kernel_builds_are_removed_only_when_unused_for_a_week(tmp_path) -> None:
+    import os
+    import time
+
+    from engine.layers.cpu_kernels import STALE_AFTER_S, _remove_stale
+
+    keep, recent, old = (tmp_path / f"cpu_kernels-{n}.so" for n in ("keep", "recent", "old"))
+    for path in (keep, recent, old):
+        path.write_bytes(b"")
+    week_ago = time.time() - STALE_AFTER_S - 60
+    os.utime(old, (week_ago, week_ago))
+    os.utime(keep, (week_ago, week_ago))
+    _remove_stale(keep)
+    assert keep.exists() and recent.exists()  # another checkout's fresh build may be about to load
+    assert not old.exists()
