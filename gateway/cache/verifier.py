@@ -596,9 +596,11 @@ _INVERSION_JOINTS = (lx.EN_SYMMETRIC - _ARTICLES) | frozenset("和与跟同或�
 _ROLE_MARKS = frozenset({"被", "用", "by"})
 
 
-def _role_marked(seq: tuple[str, ...], lo: int, hi: int) -> bool:
-    """A passive or instrument mark between lo and hi, as a word of its own (用 in 信用卡 is none)."""
-    return any(seq[k] in _ROLE_MARKS and not (k and _zh_content(seq[k - 1])) for k in range(lo, hi))
+def _role_marked(seq: tuple[str, ...], first: int, lo: int, hi: int) -> bool:
+    """A passive or instrument mark between lo and hi, or right before the first term (an instrument leads
+    its term: 怎么用Python读取Excel / Excel怎么读到Python里), as a word of its own (用 in 信用卡 is none)."""
+    return any(seq[k] in _ROLE_MARKS and not (k and _zh_content(seq[k - 1]))
+               for k in (*((first - 1,) if first else ()), *range(lo, hi)))
 # Characters that are never a term, nor a relation by being shared: question words, particles, modals,
 # copulas, joints, negations and numerals (compared elsewhere).
 _ZH_INERT = frozenset("的之什么哪谁几怎样如何吗呢吧啊呀嘛了着过是有在和与跟同或及还也都就会能可以要想请问该应需得地这那个些一二两三四五六七八九十百千万零很太更最非不没无别未")
@@ -650,7 +652,8 @@ for _w in sorted(_ZH_UNITS | _ZH_NOT_UNITS, key=len, reverse=True):
     _ZH_UNIT_WORDS[_w[0]] += (_w,)
 
 
-@lru_cache(maxsize=4096)
+# one lookup reuses a text's terms across a few candidates; long CJK texts cost ~37 KB an entry
+@lru_cache(maxsize=256)
 def _inversion_terms(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """Candidate terms of a clause sequence with their spans, those that occur once: content words and
     persons, units of measure, CJK content characters (猫, 人) and pairs of them (电脑, 安卓)."""
@@ -724,7 +727,7 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     whose term is an owner (导入 iPhone 的照片), or a relation found in one text only."""
     if sa == sb or not sa or not sb:
         return False
-    for xa1, ya0, ya1, yb1, xb0, xb1 in _crossings(_inversion_terms(sa), _inversion_terms(sb)):
+    for xa0, xa1, ya0, ya1, yb0, yb1, xb0, xb1 in _crossings(_inversion_terms(sa), _inversion_terms(sb)):
         mid_a, mid_b = _between(sa, xa1, ya0), _between(sb, yb1, xb0)
         if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
             continue
@@ -732,35 +735,43 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
             continue
         if _INVERSION_JOINTS.intersection(mid_a + mid_b) or _ZH_CHOICE.search("".join(mid_a + mid_b)):
             continue
-        if _role_marked(sa, xa1, ya0) != _role_marked(sb, yb1, xb0):
+        if _role_marked(sa, xa0, xa1, ya0) != _role_marked(sb, yb0, yb1, xb0):
             continue
         shared_relations = _relations(mid_a) & _relations(mid_b)
-        if shared_relations - {"to", "from"}:
-            return True
+        owner_a, owner_b = _owner(sa, ya1), _owner(sb, xb1)
+        if shared_relations - {"to", "from"} and owner_a == owner_b:
+            return True  # (安卓手机的通讯录怎么导到iPhone / iPhone怎么导入安卓手机的通讯录: the thing moved, not 安卓)
         # "to" and "from" govern the term right after them, and not an owner (导入 iPhone 的照片)
         if _RELATION_CLASS.get(mid_a[-1]) in shared_relations and _RELATION_CLASS.get(mid_b[-1]) in shared_relations \
-                and sa[ya1:ya1 + 1] != ("的",) and sb[xb1:xb1 + 1] != ("的",):
+                and not owner_a and not owner_b:
             return True
     return _zh_words_inverted(sa, sb)
 
 
+def _owner(seq: tuple[str, ...], end: int) -> bool:
+    """The term ending at end owns what follows (的), the rest of its word skipped: iPhone 的照片, 安卓手机的."""
+    while end < len(seq) and _zh_content(seq[end]):
+        end += 1
+    return seq[end:end + 1] == ("的",)
+
+
 def _crossings(ta: dict[str, tuple[int, int]],
-               tb: dict[str, tuple[int, int]]) -> Iterator[tuple[int, int, int, int, int, int]]:
-    """Every two terms of both texts in opposite orders, not overlapping, as positions: the end of the first
-    in a, the start and end of the second in a, the end of the second in b and the start and end of the first
-    in b. Nothing past _ORDER_MAX_TERMS shared terms (a hostile text, not a question)."""
+               tb: dict[str, tuple[int, int]]) -> Iterator[tuple[int, int, int, int, int, int, int, int]]:
+    """Every two terms of both texts in opposite orders, not overlapping, as positions: the start and end of
+    the first in a, the start and end of the second in a, the start and end of the second in b and the start
+    and end of the first in b. Nothing past _ORDER_MAX_TERMS shared terms (a hostile text, not a question)."""
     shared = [(t, span) for t, span in sorted(ta.items(), key=lambda kv: kv[1]) if t in tb]
     if len(shared) > _ORDER_MAX_TERMS:
         return
-    for n, (x, (_, xa1)) in enumerate(shared):
+    for n, (x, (xa0, xa1)) in enumerate(shared):
         xb0, xb1 = tb[x]
         for y, (ya0, ya1) in shared[n + 1:]:
             yb0, yb1 = tb[y]
             if ya0 >= xa1 and xb0 >= yb1:
-                yield xa1, ya0, ya1, yb1, xb0, xb1
+                yield xa0, xa1, ya0, ya1, yb0, yb1, xb0, xb1
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)  # as _inversion_terms: ~11 KB an entry for a long CJK text
 def _zh_words(seq: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """The Chinese words of a sequence that occur once: runs of content characters (字节跳动, 子公司) and the
     first and last two to six characters of each."""
@@ -789,7 +800,7 @@ def _zh_words_inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     texts, and the same word after the second: 杭州在上海的南边 / 上海是不是在杭州南边, 抖音是字节跳动的子公司 /
     字节跳动是不是抖音的子公司; or 的 alone between them: 妈妈的妹妹 / 妹妹的妈妈. A copula with nothing after
     it asks one thing either way round (什么是黑洞 / 黑洞是什么)."""
-    for xa1, ya0, ya1, yb1, xb0, xb1 in _crossings(_zh_words(sa), _zh_words(sb)):
+    for _, xa1, ya0, ya1, _, yb1, xb0, xb1 in _crossings(_zh_words(sa), _zh_words(sb)):
         mid_a, mid_b = sa[xa1:ya0], sb[yb1:xb0]
         if not (0 < len(mid_a) <= _INVERSION_MAX_MIDDLE and 0 < len(mid_b) <= _INVERSION_MAX_MIDDLE):
             continue
@@ -825,6 +836,28 @@ def _governed(seq: tuple[str, ...], start: int) -> str | None:
     return _DIRECTION_ROLE.get(seq[j]) if j >= 0 else None
 
 
+_EN_TO = frozenset({"to", "into", "onto"})
+
+
+def _roles(seq: tuple[str, ...], terms: dict[str, tuple[int, int]], governed: dict[str, str],
+           other: dict[str, str]) -> dict[str, str]:
+    """Each term's direction: the word governing it (governed), or "from" for an English term with none
+    followed by a "to" that governs another term the other text gives a direction too (the search form
+    "Tokyo to London flight" / "flight to Tokyo from London"; an infinitive, "best way to store bananas" /
+    "bananas stored to last longer", governs no term the other text directs)."""
+    roles = dict(governed)
+    at = {i: t for t, (i, _) in terms.items()}
+    for t, (_, j) in terms.items():
+        if t in roles or j >= len(seq) or seq[j] not in _EN_TO or _CJK.match(t):
+            continue
+        k = j + 1
+        while k < len(seq) and seq[k] in _CONTEXT_SKIP:
+            k += 1
+        if at.get(k) in other:
+            roles[t] = "from"
+    return roles
+
+
 def _roles_flipped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     """A term that is the start of a journey in one text and its end in the other, whatever the order:
     "go from Kyoto to Osaka" / "get to Kyoto from Osaka". Both texts must read a whole direction (a "from"
@@ -833,14 +866,15 @@ def _roles_flipped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     ta, tb = _inversion_terms(sa), _inversion_terms(sb)
     if len(ta) > 4 * _ORDER_MAX_TERMS or len(tb) > 4 * _ORDER_MAX_TERMS:
         return False
-    roles_a = {t: r for t, (i, _) in ta.items() if (r := _governed(sa, i))}
-    roles_b = {t: r for t, (i, _) in tb.items() if (r := _governed(sb, i))}
+    governed_a = {t: r for t, (i, _) in ta.items() if (r := _governed(sa, i))}
+    governed_b = {t: r for t, (i, _) in tb.items() if (r := _governed(sb, i))}
+    roles_a, roles_b = _roles(sa, ta, governed_a, governed_b), _roles(sb, tb, governed_b, governed_a)
     if len(set(roles_a.values())) < 2 or len(set(roles_b.values())) < 2:
         return False
     return any(t in roles_b and roles_b[t] != r for t, r in roles_a.items())
 
 
-_HOW_MANY = frozenset({"many", "much"})
+_HOW_MANY = frozenset({"many"})  # "how much" is followed by the substance ("how much protein"), not a unit
 _ZH_ASKING = ("多少", "几")
 
 
@@ -1356,7 +1390,9 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
             continue  # a word of lx.ZH_NOT_NAMED: read whole, naming nothing
         before = folded[:start].rstrip()
         role = None
-        if before and before[-1] in _ZH_DIRECTIONAL:
+        if before and before[-1] in _ZH_DIRECTIONAL and (before[-1] != "入" or "从" in folded):
+            # 入 names a destination only beside a source (从iPhone导入Mac); alone, 导入X imports X's
+            # things (Mac上怎么导入 iPhone 的照片)
             role = _ZH_DIRECTION_SENSE.get(before[-1], before[-1])
         else:
             for word in reversed(_LATIN_WORD.findall(before[-40:])[-3:]):
@@ -1401,6 +1437,8 @@ def _asks(words: list[str], text: str) -> frozenset[str]:
     for i, w in enumerate(words):
         kind = lx.EN_ASKS.get(f"{w} {words[i + 1]}") if i + 1 < len(words) else None
         kind = kind or lx.EN_ASKS.get(w)
+        if kind == "count" and i + 2 < len(words) and words[i + 2] in lx.EN_UNITS:
+            kind = "amount"  # "how many grams of protein" asks "how much protein"
         if kind:
             found.add(kind)
     if _CJK.search(text):

@@ -100,6 +100,9 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("What's the best way to go from Kyoto to Osaka?", "best way to get to Kyoto from Osaka", "order"),
     ("How many teaspoons make a tablespoon?", "how many tablespoons in a teaspoon", "order"),
     ("一公斤等于多少斤？", "一斤等于多少公斤？", "order"),
+    # the search form "X to Y" reads X as the start when the other text directs Y
+    ("How long is the flight to Tokyo from London?", "Tokyo to London flight duration", "order"),
+    ("Best route to Denver from Boulder", "Driving Denver to Boulder", "order"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -158,6 +161,13 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("北京是中国的首都吗？", "中国的首都是北京吗"),
     ("在上海，外地车能上高架吗？", "外地车在上海能不能上高架"),  # fronted across a comma
     ("我用的是公司邮箱注册的账号，想换成个人邮箱", "账号绑定的公司邮箱要换成自己的邮箱"),
+    # 导入 X('s things) names no destination without a 从; an owner is no party of the verb
+    ("iPhone 照片怎么传到Mac上？", "Mac上怎么导入 iPhone 的照片"),
+    ("安卓手机的通讯录怎么导到iPhone", "iPhone怎么导入安卓手机的通讯录"),
+    ("怎么用Python读取Excel数据", "Excel数据怎么读到Python里"),  # an instrument (用) before the first term
+    ("How many grams of protein are in an egg?", "How much protein, in grams, does an egg have?"),  # "how much"
+    ("flight from London to Tokyo", "London to Tokyo flight time"),  # the search form, same direction
+    ("What's the best way to store bananas?", "how should bananas be stored to last longer?"),  # infinitives
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
