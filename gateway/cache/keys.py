@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -39,6 +40,9 @@ def _digest(data: bytes) -> str:
 
 def normalize(value: Any) -> Any:
     """Numbers that are integral become ints (1.0 -> 1), nulls are dropped from mappings, recursively."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool:  # the common leaves, before the slower isinstance chain
+        return value
     if isinstance(value, bool) or value is None or isinstance(value, str | int):
         return value
     if isinstance(value, float):
@@ -120,6 +124,7 @@ def is_deterministic(endpoint: str, body: dict[str, Any]) -> bool:
     return (not isinstance(temperature, bool) and temperature == 0) or body.get("seed") is not None
 
 
+@lru_cache(maxsize=1024)  # every request computes it; a handful of (tenant, model) pairs repeat
 def namespace_id(tenant: str, model: str) -> str:
     """The Redis hash tag of one (tenant, model): every key of it lands in one Cluster slot."""
     return _digest(canonical_bytes([tenant, model]))[:20]
