@@ -43,6 +43,9 @@ FOLLOW_BLOCK_MS = 500  # below the client's 1 s socket timeout
 SWEEP_EVERY_S = 30.0
 MAX_FETCHES = 2  # candidates read from Redis per lookup before giving up
 TOUCH_DELAY_S = 1.0  # LRU uses gather this long before one write: a hit pays no Redis write of its own
+# A cancelled blocking XREAD has been seen (about 1 run in 20 of tests/cache/test_semantic_e2e.py) to stay in
+# redis-py's connection clean-up for good, holding a gateway's shutdown for as long as anyone waits on it.
+CLOSE_WAIT_S = 5.0
 MAX_JUDGE_CALLS = 1  # live judge calls per lookup (cached verdicts are free): bounds a miss's extra latency
 
 
@@ -106,9 +109,10 @@ class SemanticCache:
 
     async def close(self) -> None:
         tasks = [t for t in (self._sync_task, self._fetcher, self._toucher, *self._tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        stuck = await cancel_and_wait(tasks, CLOSE_WAIT_S)
+        if stuck:
+            log.warning("semantic cache: %d background task(s) still running %.0fs after cancel; not waiting",
+                        len(stuck), CLOSE_WAIT_S)
         if self._lean is not None:
             self._lean.close()
 
@@ -453,3 +457,17 @@ def _vector(v64: Any) -> np.ndarray:
 def _meta(eid: str, ns: str, meta_doc: Any) -> EntryMeta:
     doc = orjson.loads(meta_doc)
     return EntryMeta(eid, ns, doc["scope"], doc["text"], doc["at"], doc["exp"])
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task], wait_s: float) -> set[asyncio.Task]:
+    """Cancel `tasks` and wait up to `wait_s` seconds for them to finish; return those still running. Errors
+    of the finished ones are consumed (they end with the cache, which is closing)."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return set()
+    done, pending = await asyncio.wait(tasks, timeout=wait_s)
+    for task in done:
+        if not task.cancelled():
+            task.exception()
+    return pending
