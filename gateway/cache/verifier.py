@@ -1016,12 +1016,6 @@ def _cjk_party_exchanged(a: str, b: str) -> bool:
     return False
 
 
-def _exchange(words: tuple[str, ...], i: int, j: int) -> tuple[str, ...]:
-    out = list(words)
-    out[i], out[j] = out[j], out[i]
-    return tuple(out)
-
-
 # What comes before the "n't" of a negated auxiliary once the apostrophe is gone ("havent", "wouldnt").
 _NT_STEMS = frozenset({"do", "does", "did", "is", "are", "was", "were", "have", "has", "had", "could", "would",
                        "should", "must", "need", "might", "ca", "wo", "sha", "ai", "dare"})
