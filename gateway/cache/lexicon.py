@@ -10,6 +10,15 @@ EN_NEGATIONS = frozenset({
     "havent", "hasnt", "hadnt", "wouldnt", "aint", "mustnt", "neednt", "mightnt", "shant",
 })
 
+# Verbs that negate the verb after their "to": "fails to pay" / "doesn't pay", "refused to return" / "did not
+# return", "forgot to attach" / "didn't attach". Without a "to" they are no negation ("fail the exam" is an
+# axis, "decline an offer" a synonym of "refuse an offer").
+EN_NEGATING_VERBS = frozenset({
+    "fail", "fails", "failed", "failing", "refuse", "refuses", "refused", "refusing", "decline", "declines",
+    "declined", "declining", "neglect", "neglects", "neglected", "neglecting", "forget", "forgets", "forgot",
+    "forgotten", "forgetting",
+})
+
 EN_NUMBER_WORDS: dict[str, float] = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
     "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
@@ -336,6 +345,9 @@ for _group in _SYNONYM_GROUPS:
 # ---- Chinese -------------------------------------------------------------------------------------------------
 
 ZH_NEGATIONS = ("不", "没", "无", "非", "别", "未", "勿", "莫", "否")
+# Words without a negation character that negate what follows as 不 / 没 do: 公司拒绝支付 / 公司不给,
+# 缺乏维生素 / 没有维生素 (拒绝 is also the "allow" axis; the count is read before axis words are blanked).
+ZH_NEGATING_WORDS = ("拒绝", "缺乏", "缺少")
 
 # Words that contain a negation character but negate nothing, taken out before counting.
 ZH_NOT_NEGATION = (

@@ -93,6 +93,7 @@ class Facts:
     qualifiers: frozenset[str]
     polar: frozenset[tuple[str, int]]  # (axis, side)
     possessors: frozenset[str]  # words written with a possessive 's
+    owned: frozenset[tuple[str, str]]  # (owner, owned) stems of "X's Y" and "Y of X": for _owner_reversed
     asks: frozenset[str]  # what the question asks for: time, place, amount, duration ...
     cjk_core: str  # Chinese text with the paraphrase-neutral words taken out, for the substitution check
     cjk_plain: str  # its characters before lexicon words were taken out, for the exchange check
@@ -146,7 +147,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if voice is None and (_swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _wh_moved(a.order, b.order)
                           or _named_reversed(a.named_roles, b.named_roles) or _persons_crossed(a.order, b.order)
                           or _inverted(a.clauses, b.clauses) or _roles_flipped(a.clauses, b.clauses)
-                          or _asked_swapped(a.clauses, b.clauses)):
+                          or _asked_swapped(a.clauses, b.clauses)
+                          or _owner_reversed(a.owned, b.owned) or _rank_moved(a.order, b.order)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -569,6 +571,51 @@ def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, 
             if pt[y] and t[pt[y] - 1] == owner and t[pt[x] + 1:pt[x] + 2] != (y,):
                 return True
     return False
+
+
+def _owner_reversed(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]]) -> bool:
+    """One text's owner is the other's owned, and no text has both readings: "my mother's cousin" / "my
+    cousin's mother", "Tom's sister's husband" / "Tom's husband's sister", "the teacher of my son's friend" /
+    "the son of my friend's teacher". "X's Y" and "the Y of X" are one pair, so that rewording is kept."""
+    return any((y, x) in b and (y, x) not in a and (x, y) not in b for x, y in a)
+
+
+def _rank_moved(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """An ordinal now ranks another noun both texts have: "the second largest city in the largest state" /
+    "the largest city in the second largest state". The rank itself is compared as a number elsewhere."""
+    ha, hb = _rank_heads(sa), _rank_heads(sb)
+    return any(rank in hb and hb[rank] != head and head in sb and hb[rank] in sa for rank, head in ha.items())
+
+
+def _rank_heads(seq: tuple[str, ...]) -> dict[str, str]:
+    """Each ordinal said once, with the word it ranks: the next word after any superlatives ("second largest
+    city" ranks "city")."""
+    heads: dict[str, str] = {}
+    for i, t in enumerate(seq):
+        if t not in lx.EN_ORDINALS or seq.count(t) != 1:
+            continue
+        j = i + 1
+        while j < len(seq) and (seq[j].endswith("est") or seq[j] in ("most", "least")):
+            j += 1
+        if j < len(seq):
+            heads[t] = seq[j]
+    return heads
+
+
+# "X's Y" and "Y of [the/my ...] X", read with lookaheads so that chains overlap ("Tom's sister's husband" is
+# Tom -> sister and sister -> husband).
+_OWNER_OF = re.compile(r"\b([A-Za-z]+)'s\s+(?=([A-Za-z]+))", re.IGNORECASE)
+_OWNED_OF = re.compile(r"\b([A-Za-z]+)\s+of\s+(?=(?:(?:the|a|an|my|your|his|her|our|their)\s+)?([A-Za-z]+))",
+                       re.IGNORECASE)
+
+
+def _owned_pairs(text: str) -> frozenset[tuple[str, str]]:
+    """The (owner, owned) pairs of content words in a text, as stems. Function words and quantities ("what's",
+    "one of", "kind of", "lot of") are no owners."""
+    pairs = [(m.group(1), m.group(2)) for m in _OWNER_OF.finditer(text)]
+    pairs += [(m.group(2), m.group(1)) for m in _OWNED_OF.finditer(text)]
+    return frozenset((_stem(x.lower()), _stem(y.lower())) for x, y in pairs
+                     if x.lower() not in _WEAK and y.lower() not in _WEAK and x.lower() != y.lower())
 
 
 # ---- the general order check: shared terms on the other side of the same relation --------------------------
@@ -1139,7 +1186,9 @@ def _same_words(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 
 def _cjk_reordered(a: str, b: str) -> bool:
     """Two terms exchanged around a relation: 从北京到上海 / 从上海到北京, 父亲的遗产女儿 / 女儿的遗产父亲.
-    Moving one phrase to the front (红烧肉怎么做 / 怎么做红烧肉) is wording."""
+    Moving one phrase to the front (红烧肉怎么做 / 怎么做红烧肉) is wording. Particles (了, 吗, 呢 ...) are read
+    out first: 儿子打了父亲 / 父亲打儿子 is the same exchange, one 了 apart."""
+    a, b = a.translate(_ZH_PARTICLES), b.translate(_ZH_PARTICLES)
     if a == b or sorted(a) != sorted(b):
         return False
     start = 0
@@ -1166,6 +1215,8 @@ def _cjk_reordered(a: str, b: str) -> bool:
     return False
 
 
+# Aspect and sentence particles: they mark tense or a question, never who does what to whom.
+_ZH_PARTICLES = dict.fromkeys(map(ord, "了吗呢吧啊呀嘛"))
 _ZH_JOINTS = frozenset("和与跟同或及、")  # one character each; the two-character joints are neutral words
 
 
@@ -1293,6 +1344,7 @@ def facts(text: str) -> Facts:
         polar=frozenset(polar | zpolar),
         asks=_asks(words, text),
         possessors=frozenset(m.group(1).lower().replace("-", "") for m in _POSSESSIVE.finditer(text)),
+        owned=_owned_pairs(text),
         cjk_core=core,
         cjk_plain=plain,
         order=_order_seq(tokens),
@@ -1501,7 +1553,8 @@ def _english_facts(text: str) -> EnglishFacts:
             numbers.append((pending_at, _number_words_value(pending)))
             pending = []
             _unit(low, nxt, units)
-        if low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS):
+        if (low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS)
+                or (low in lx.EN_NEGATING_VERBS and nxt == "to")):
             negations += 1
         if tok[0].isdigit():
             numbers.extend((start, v) for v in _digits_value(tok))
@@ -1632,6 +1685,7 @@ ChineseFacts = tuple[int, list[tuple[int, float]], set[str], set[str], set[tuple
 def _chinese_facts(text: str) -> ChineseFacts:
     s = _A_NOT_A.sub(lambda m: m.group(1) + "※" * (len(m.group(0)) - 1), text)  # keeps positions
     s = _blank(s, lx.ZH_NOT_NEGATION)  # 非常, 特别, 未来, 是否 ... carry a negation character, negate nothing
+    negations = sum(s.count(w) for w in lx.ZH_NEGATING_WORDS)  # before 拒绝 is blanked as an axis word
     dates: set[str] = set()
     s = _take(s, lx.ZH_DATES, dates)
     qualifiers: set[str] = set()
@@ -1641,7 +1695,7 @@ def _chinese_facts(text: str) -> ChineseFacts:
         if word in s:
             polar.add(sides)  # type: ignore[arg-type]
             s = s.replace(word, "※" * len(word))
-    negations = sum(s.count(w) for w in lx.ZH_NEGATIONS)
+    negations += sum(s.count(w) for w in lx.ZH_NEGATIONS)
     s = _blank(s, lx.ZH_NUMERAL_IDIOMS)  # 一下, 一些, 一起 ... contain 一 but count nothing
     numbers = [(m.start(), v) for m in _CJK_NUMERAL.finditer(s) if (v := _zh_number(m.group(0))) is not None]
     numbers += [(m.start(), 0.5) for m in _HALF.finditer(s)]  # 九点半, 一年半, 半价
