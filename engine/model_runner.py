@@ -127,14 +127,16 @@ class ModelRunner:
             model.load_weights(load_weights(model_path))
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         quantize_model(self.model, config.quantization)  # after .to(): int8 layers keep their own dtypes
-        if config.pack_weights and packing_available(self.device, self.dtype):
-            pack_linear_weights(self.model)  # after quantize_model: only layers still float32 get packed
+        # after quantize_model: only layers still float32 get packed; decode-sized inputs (a few rows) go to the
+        # C small-M kernel when it builds (engine/layers/gemv.c)
+        cpu_fp32 = self.device.type == "cpu" and self.dtype == torch.float32
+        pack_linear_weights(self.model, pack=config.pack_weights and packing_available(self.device, self.dtype),
+                            kernel=load_library() if cpu_fp32 and config.c_kernels else None)
         self.model.rotary.build_tables(self.device)  # cos/sin tables stay in float32
         backend = select_attention_backend(self.device.type, flash_attn_available(), config.block_size)
         attention = FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention
         # CPU fp32: decodes attend straight from the paged cache (no K/V gather) when the C kernel builds
-        self.decode_kernel = (load_library() if backend == "torch_sdpa" and self.device.type == "cpu"
-                              and self.dtype == torch.float32 and config.c_kernels else None)
+        self.decode_kernel = load_library() if backend == "torch_sdpa" and cpu_fp32 and config.c_kernels else None
         self.model.set_attention(attention, self.decode_kernel)
         if self.decode_kernel is not None:  # the same library: residual adds fused into the norms
             self.model.set_cpu_kernels(self.decode_kernel)

@@ -2,7 +2,7 @@
 
 Plain C through ctypes (no torch headers): builds in about a second, and where no compiler is found or the build
 fails, `load_library()` returns None and the engine keeps its pure-torch path. `paged_decode.c`: decode attention
-over the paged cache; `fused_ops.c`: RMSNorm with its residual add.
+over the paged cache; `fused_ops.c`: RMSNorm with its residual add; `gemv.c`: small-M float32 linears (decode).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(name) for name in ("paged_decode.c", "fused_ops.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("paged_decode.c", "fused_ops.c", "gemv.c")]
 # -ffp-contract=fast: a * b + c as one fused multiply-add (ISO C mode otherwise forbids it): faster and no less
 # exact; reassociation stays off (no -ffast-math), so sums keep the order the source spells.
 FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
@@ -99,7 +99,8 @@ def load_library() -> ctypes.CDLL | None:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.paged_decode_attention.argtypes = [ptr] * 7 + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
     lib.add_rms_norm.argtypes = [ptr] * 4 + [i64] * 2 + [ctypes.c_float, ctypes.c_int]
-    for fn in (lib.paged_decode_attention, lib.add_rms_norm):
+    lib.gemv_f32.argtypes = [ptr] * 4 + [i64] * 3 + [ctypes.c_int]
+    for fn in (lib.paged_decode_attention, lib.add_rms_norm, lib.gemv_f32):
         fn.restype = None
     return lib
 
@@ -164,4 +165,20 @@ def paged_decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Ten
     lib.paged_decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
                                context_lens.data_ptr(), out.data_ptr(), work.data_ptr(), b, hq, hkv, nb, bs, d,
                                max_blocks, scale, threads)
+    return out
+
+
+def gemv(lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+         out: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for a few rows of x (decode): x [M, K], weight [N, K], bias [N], float32 CPU,
+    contiguous; the result goes into `out` ([M, N], allocated here when not given)."""
+    m, k = x.shape
+    n = weight.shape[0]
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.float32)
+    if not (is_cpu_float32(x, weight, out, *([] if bias is None else [bias])) and weight.shape == (n, k)
+            and out.shape == (m, n) and (bias is None or bias.shape == (n,))):
+        raise ValueError(f"gemv: bad inputs (x {tuple(x.shape)}, weight {tuple(weight.shape)}, out {tuple(out.shape)})")
+    lib.gemv_f32(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(),
+                 m, n, k, torch.get_num_threads())
     return out

@@ -1,0 +1,61 @@
+"""gemv.c, the small-M float32 kernel of the decode linears: agrees with F.linear to float rounding (tiles of
+three rows and their one/two-row remainders, a weight row count not a multiple of the 4-row tile, a K with a
+tail past the 16-float body, bias), refuses what it cannot take, and PackedLinear routes only few-row inputs to it."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.layers.cpu_kernels import gemv, load_library
+from engine.layers.linear import GEMV_MAX_ROWS, PackedLinear
+
+
+@pytest.fixture(scope="module")
+def lib():
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the engine runs the torch path")
+    built = load_library()
+    assert built is not None  # a compiler is here: a failed build must not pass as "no compiler"
+    return built
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 64), (2, 37, 40), (3, 8, 576), (5, 70, 23), (13, 96, 1536)])
+def test_gemv_matches_f_linear(lib, m: int, n: int, k: int) -> None:
+    torch.manual_seed(m * n + k)
+    x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    torch.testing.assert_close(gemv(lib, x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
+    out = torch.full((m, n), float("nan"))
+    assert gemv(lib, x, w, b, out=out) is out
+    torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+
+
+def test_gemv_refuses_inputs_it_cannot_take(lib) -> None:
+    """The C side trusts every size and layout: a mismatch is a ValueError in Python, never a bad read."""
+    x, w = torch.randn(2, 8), torch.randn(4, 8)
+    for args in ((x, torch.randn(4, 9)),  # K differs
+                 (x, w.t().contiguous().t()),  # weight not contiguous
+                 (x.double(), w.double()),  # not float32
+                 (x, w, torch.randn(5))):  # bias of another length
+        with pytest.raises(ValueError):
+            gemv(lib, *args)
+    with pytest.raises(ValueError):
+        gemv(lib, x, w, out=torch.empty(2, 5))
+
+
+@torch.inference_mode()
+def test_packed_linear_uses_the_kernel_for_few_rows_only(lib) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(40, 24)
+    layer = PackedLinear(linear, pack=False, kernel=lib)
+    for rows in (1, GEMV_MAX_ROWS, GEMV_MAX_ROWS + 1):
+        x = torch.randn(rows, 40)
+        torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)
+    # a kernel result is bitwise the kernel's, a larger batch bitwise MKL's: the routing itself is observable
+    few, many = torch.randn(2, 40), torch.randn(GEMV_MAX_ROWS + 1, 40)
+    assert torch.equal(layer(few), gemv(lib, few, linear.weight, linear.bias))
+    assert torch.equal(layer(many), F.linear(many, linear.weight, linear.bias))
