@@ -1574,6 +1574,8 @@ def _english_facts(text: str) -> EnglishFacts:
             entities.add(low)
     if pending:
         numbers.append((pending_at, _number_words_value(pending)))
+    # "fails to pay" reads "not to pay" from here on: the same question as "doesn't pay", and no word added
+    lower = ["not" if w in lx.EN_NEGATING_VERBS and lower[i + 1:i + 2] == ["to"] else w for i, w in enumerate(lower)]
     return negations, numbers, units, dates, entities, lower, qualifiers, _polar(lower), [s for _, s in tokens]
 
 

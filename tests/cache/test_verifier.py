@@ -103,6 +103,20 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     # the search form "X to Y" reads X as the start when the other text directs Y
     ("How long is the flight to Tokyo from London?", "Tokyo to London flight duration", "order"),
     ("Best route to Denver from Boulder", "Driving Denver to Boulder", "order"),
+    # third pass: a verb that negates its "to" clause; 拒绝 / 缺乏 negate like 不 / 没
+    ("What happens if my employer fails to pay overtime?", "What happens when my employer pays overtime?",
+     "negation"),
+    ("Can the school refuse to give my transcript?", "Can the school give my transcript?", "negation"),
+    ("医院拒绝出具诊断证明怎么办？", "医院出具诊断证明怎么办", "negation"),
+    # an owner and the owned exchanged, in "X's Y" or "Y of X" form
+    ("Is my mother's cousin my cousin too?", "Is my cousin's mother my cousin too?", "order"),
+    ("How do I find the teacher of my son's friend?", "How do I find the son of my friend's teacher?", "order"),
+    ("What is the wife of the king's brother called?", "What is the brother of the king's wife called?", "order"),
+    # an ordinal moved onto another noun both texts have
+    ("What's the second largest city in the largest state?", "What's the largest city in the second largest state?",
+     "order"),
+    # a particle (了) in one text only does not hide the exchange around a verb
+    ("儿子打了父亲犯法吗？", "父亲打儿子犯法吗", "order"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -168,6 +182,16 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("How many grams of protein are in an egg?", "How much protein, in grams, does an egg have?"),  # "how much"
     ("flight from London to Tokyo", "London to Tokyo flight time"),  # the search form, same direction
     ("What's the best way to store bananas?", "how should bananas be stored to last longer?"),  # infinitives
+    # third pass: the same negating verb on both sides, or its plain negation; 拒绝 as 不
+    ("What if my employer fails to pay overtime?", "What if my employer doesn't pay overtime?"),
+    ("Can I decline a job offer after accepting?", "Is it ok to decline a job offer after accepting it?"),
+    ("医院拒绝出具诊断证明怎么办？", "医院不出具诊断证明怎么办"),
+    # "X's Y" and "the Y of X" are one owner, however the chain is written
+    ("Who is Tom's sister's husband to me?", "To me, who is the husband of Tom's sister?"),
+    ("How do I find the teacher of my son's friend?", "How can I find my son's friend's teacher?"),
+    ("What is the capital of France?", "What's France's capital?"),
+    ("What is the second largest city in Texas?", "Texas's second biggest city?"),  # the same ranked noun
+    ("小明把小红推倒了，谁该道歉？", "小红被小明推倒了，该谁道歉"),  # a passive keeps the roles
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
