@@ -285,7 +285,8 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
     pos_a = {w: i for w, i in _unique_positions(ta).items() if not _CJK.match(w)}
     pos_b = {w: i for w, i in _unique_positions(tb).items() if not _CJK.match(w)}
     terms = [w for w in pos_a if w in pos_b and w not in _FUNCTION and w not in lx.EN_DIRECTIONAL]
-    if close and _possessor_moved(ta, tb, pos_a, pos_b, [t for t in terms if t in a.possessors | b.possessors]):
+    if close and _possessor_moved(ta, tb, pos_a, pos_b, [t for t in terms if t in a.possessors | b.possessors],
+                                  a.owned & b.owned):
         return True
     # two terms exchanged in otherwise equal texts: the texts differ at exactly those two places (one pass,
     # not a rebuilt text for every pair of terms)
@@ -551,15 +552,16 @@ def _symmetric(middle: tuple[str, ...]) -> bool:
 
 
 def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, int], pos_b: dict[str, int],
-                     possessors: list[str]) -> bool:
+                     possessors: list[str], owned: frozenset[tuple[str, str]]) -> bool:
     """An owner ("X's") now stands before another word both texts have: "my neighbour's tree fell onto my
-    car" / "my tree fell onto my neighbour's car", "can my employer read" / "can I read my employer's"."""
+    car" / "my tree fell onto my neighbour's car", "can my employer read" / "can I read my employer's".
+    Ownership both texts state (`owned`: "France's president" / "the president of France") is no move."""
     shared = set(pos_a) & set(pos_b)
     for x in possessors:
         i, j = pos_a[x] + 1, pos_b[x] + 1
         if i < len(ta) and j < len(tb):
             p, q = ta[i], tb[j]
-            if p != q and p in shared and q in shared:
+            if p != q and p in shared and q in shared and not {(_stem(x), _stem(p)), (_stem(x), _stem(q))} & owned:
                 return True
         for s, t, ps, pt in ((ta, tb, pos_a, pos_b), (tb, ta, pos_b, pos_a)):
             # the owner of X's Y now owns Y itself, X named apart: "my husband's parents want to visit" /
@@ -605,8 +607,9 @@ def _rank_heads(seq: tuple[str, ...]) -> dict[str, str]:
 # "X's Y" and "Y of [the/my ...] X", read with lookaheads so that chains overlap ("Tom's sister's husband" is
 # Tom -> sister and sister -> husband).
 _OWNER_OF = re.compile(r"\b([A-Za-z]+)'s\s+(?=([A-Za-z]+))", re.IGNORECASE)
-_OWNED_OF = re.compile(r"\b([A-Za-z]+)\s+of\s+(?=(?:(?:the|a|an|my|your|his|her|our|their)\s+)?([A-Za-z]+))",
-                       re.IGNORECASE)
+# "the teacher of my son's friend" is the friend's teacher: an owner chain after "of" ends at its last word.
+_OWNED_OF = re.compile(r"\b([A-Za-z]+)\s+of\s+(?=(?:(?:the|a|an|my|your|his|her|our|their)\s+)?"
+                       r"(?:[A-Za-z]+'s\s+)*([A-Za-z]+)\b(?!'))", re.IGNORECASE)
 
 
 def _owned_pairs(text: str) -> frozenset[tuple[str, str]]:
@@ -614,8 +617,13 @@ def _owned_pairs(text: str) -> frozenset[tuple[str, str]]:
     "one of", "kind of", "lot of") are no owners."""
     pairs = [(m.group(1), m.group(2)) for m in _OWNER_OF.finditer(text)]
     pairs += [(m.group(2), m.group(1)) for m in _OWNED_OF.finditer(text)]
-    return frozenset((_stem(x.lower()), _stem(y.lower())) for x, y in pairs
-                     if x.lower() not in _WEAK and y.lower() not in _WEAK and x.lower() != y.lower())
+    owned = {(_stem(x.lower()), _stem(y.lower())) for x, y in pairs
+             if x.lower() not in _WEAK and y.lower() not in _WEAK and x.lower() != y.lower()}
+    # through the chain: in "my son's friend's teacher" the son is an owner of the teacher too, so that
+    # "the son of my friend's teacher" reverses it however each text writes its chain
+    for _ in range(2):
+        owned |= {(x, z) for x, y in owned for y2, z in owned if y == y2 and x != z}
+    return frozenset(owned)
 
 
 # ---- the general order check: shared terms on the other side of the same relation --------------------------

@@ -190,6 +190,8 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("Who is Tom's sister's husband to me?", "To me, who is the husband of Tom's sister?"),
     ("How do I find the teacher of my son's friend?", "How can I find my son's friend's teacher?"),
     ("What is the capital of France?", "What's France's capital?"),
+    ("How is the president of France elected?", "How is France's president elected?"),  # no owner moved
+    ("What is the wife of the king's brother called?", "What's the king's brother's wife called?"),  # a chain
     ("What is the second largest city in Texas?", "Texas's second biggest city?"),  # the same ranked noun
     ("小明把小红推倒了，谁该道歉？", "小红被小明推倒了，该谁道歉"),  # a passive keeps the roles
 ])
