@@ -8,13 +8,10 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from gateway.gateway import Gateway
+    from gateway.handlers import AiohttpExchange
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
 
-# Per-request facts the middleware reads after the handler: for metrics and the X-Request-Id header.
-REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
-ROUTE: web.RequestKey[str] = web.RequestKey("route", str)
-BACKEND: web.RequestKey[str] = web.RequestKey("backend", str)
-STATUS: web.RequestKey[str] = web.RequestKey("status", str)
-# A response the handler already sent headers for: errors after that end it in-band, never as a new response.
-PREPARED: web.RequestKey[web.StreamResponse] = web.RequestKey("prepared", web.StreamResponse)
+# The request's exchange (gateway/handlers.py), made by the envelope middleware: the facts it reads after the
+# handler (request id, route, backend, status) and the response the handler's answer became.
+EXCHANGE: web.RequestKey[AiohttpExchange] = web.RequestKey("exchange", "AiohttpExchange")

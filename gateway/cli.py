@@ -12,6 +12,7 @@ import socket
 import sys
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("gateway")
 
@@ -98,8 +99,6 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def run_worker(policy_path: str, watch: str | None, redis_url: str, host: str, port: int, reuse_port: bool) -> None:
-    from aiohttp import web
-
     from gateway.app import create_app
     from gateway.config.loader import load_policy
 
@@ -110,7 +109,6 @@ def run_worker(policy_path: str, watch: str | None, redis_url: str, host: str, p
     except ImportError:
         log.info("uvloop not available; using asyncio's loop")
     policy = load_policy(policy_path)
-    app = create_app(policy, redis_url=redis_url, policy_path=watch)
     sock = None
     if reuse_port:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -118,8 +116,30 @@ def run_worker(policy_path: str, watch: str | None, redis_url: str, host: str, p
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     log.info("llm-gateway worker %d serving on http://%s:%d", os.getpid(), host, port)
-    web.run_app(app, host=None if sock else host, port=None if sock else port, sock=sock, print=None,
-                handler_cancellation=True, access_log=None, shutdown_timeout=5)
+    asyncio.run(_serve_app(lambda: create_app(policy, redis_url=redis_url, policy_path=watch), host, port, sock))
+
+
+async def _serve_app(make_app: Any, host: str, port: int, sock: socket.socket | None) -> None:
+    """The port through gateway/front.py (the generation endpoints) and aiohttp (the rest) until SIGTERM or
+    SIGINT, then a graceful stop as `web.run_app`'s: stop accepting, let requests in flight finish (5 s),
+    close the Gateway."""
+    from aiohttp import web
+
+    from gateway.front import Front
+
+    runner = web.AppRunner(make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=5)
+    await runner.setup()  # the app's start-up: the Gateway starts here
+    front = Front(runner)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await front.start(None if sock else host, None if sock else port, sock=sock)
+        await stop.wait()
+    finally:
+        await front.close(5)
+        await runner.cleanup()
 
 
 def _worker_entry(policy_path: str, watch: str | None, redis_url: str, host: str, port: int, level: str) -> None:

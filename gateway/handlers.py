@@ -7,12 +7,13 @@ import logging
 import random
 import re
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from gateway.appkeys import BACKEND, GATEWAY, PREPARED, REQUEST_ID, ROUTE, STATUS
+from gateway.appkeys import EXCHANGE, GATEWAY
 from gateway.backends.base import STREAMED, WHOLE, BackendError
 from gateway.errors import GatewayError, bad_request
 from gateway.gateway import Gateway
@@ -43,14 +44,94 @@ def json_response(body: Any, headers: dict[str, str] | None = None, status: int 
     return web.Response(body=orjson.dumps(body), status=status, content_type=JSON, headers=headers)
 
 
+# ---- the exchange: one request and its answer, whichever HTTP server carries them ----------------------------
+
+
+class Exchange:
+    """What the pipeline and the envelope need of an HTTP request and its response, and nothing more: aiohttp's
+    server carries it (`AiohttpExchange`) for every endpoint, `gateway/front.py`'s lean server for the two
+    generation endpoints. The facts the envelope reads after the handler (route, backend, status) live here."""
+
+    __slots__ = ("gateway", "method", "path", "headers", "content_length", "request_id", "route", "backend",
+                 "status", "streaming")
+
+    def __init__(self, gateway: Gateway, method: str, path: str, headers: Mapping[str, str],
+                 content_length: int | None) -> None:
+        self.gateway = gateway
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.content_length = content_length
+        self.request_id = ""
+        self.route: str | None = None  # the route's name, once routed
+        self.backend = "none"  # what answered: a backend's name, or "cache"
+        self.status: str | None = None  # the status counted: the response's, or an in-band error's
+        self.streaming = False  # the headers went out: an error now ends the stream in-band
+
+    async def read(self) -> bytes:
+        raise NotImplementedError
+
+    def reply(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+        """A whole JSON answer (with X-Request-Id)."""
+        raise NotImplementedError
+
+    async def open_stream(self, headers: Mapping[str, str]) -> None:
+        """Send a 200 with these headers; the body follows by `write` and ends with `write_eof`."""
+        raise NotImplementedError
+
+    async def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        """The stream's last bytes and its end (again: nothing)."""
+        raise NotImplementedError
+
+
+class AiohttpExchange(Exchange):
+    """An exchange on aiohttp's server: the handler's answer is `response`, which aiohttp writes."""
+
+    __slots__ = ("request", "response")
+
+    def __init__(self, request: web.Request) -> None:
+        super().__init__(request.app[GATEWAY], request.method, request.path, request.headers, request.content_length)
+        self.request = request
+        self.response: web.StreamResponse | None = None
+
+    async def read(self) -> bytes:
+        return await self.request.read()
+
+    def reply(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+        self.adopt(web.Response(body=body, status=status, content_type=JSON, headers=headers))
+
+    def adopt(self, response: web.StreamResponse) -> None:
+        """A response an aiohttp handler made (or `reply` did): counted by its status, the request id added."""
+        self.response = response
+        if not response.prepared:
+            response.headers["X-Request-Id"] = self.request_id
+            self.status = str(response.status)
+
+    async def open_stream(self, headers: Mapping[str, str]) -> None:
+        response = self.response = web.StreamResponse(headers=headers)
+        await response.prepare(self.request)
+        self.streaming = True
+        self.status = "200"
+
+    async def write(self, data: bytes) -> None:
+        await self.response.write(data)  # type: ignore[union-attr]
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        await self.response.write_eof(data)  # type: ignore[union-attr]
+
+
+
 # ---- request preparation -------------------------------------------------------------------------------------
 
 
-async def read_json(request: web.Request, max_bytes: int) -> dict:
-    if request.content_length is not None and request.content_length > max_bytes:
-        raise GatewayError(413, f"Request body of {request.content_length} bytes is over the limit of {max_bytes} bytes.",
+async def read_json(ex: Exchange, max_bytes: int) -> dict:
+    if ex.content_length is not None and ex.content_length > max_bytes:
+        raise GatewayError(413, f"Request body of {ex.content_length} bytes is over the limit of {max_bytes} bytes.",
                            "invalid_request_error", "request_too_large")
-    raw = await request.read()
+    raw = await ex.read()
     if len(raw) > max_bytes:
         raise GatewayError(413, f"Request body is over the limit of {max_bytes} bytes.", "invalid_request_error",
                            "request_too_large")
@@ -99,23 +180,24 @@ def validate_body(body: dict, endpoint: Endpoint) -> tuple[str, bool, bool]:
     return model, stream, bool(options and options.get("include_usage"))
 
 
-async def prepare(request: web.Request, endpoint: Endpoint) -> tuple[Gateway, Snapshot, RequestContext]:
-    gw = request.app[GATEWAY]
+async def prepare(ex: Exchange, endpoint: Endpoint) -> tuple[Gateway, Snapshot, RequestContext]:
+    gw = ex.gateway
     snap = gw.snapshot
-    tenant = snap.auth.tenant_for(request.headers.get("Authorization"))
-    body = await read_json(request, snap.policy.server.max_body_bytes)
+    headers = ex.headers
+    tenant = snap.auth.tenant_for(headers.get("Authorization"))
+    body = await read_json(ex, snap.policy.server.max_body_bytes)
     model, stream, include_usage = validate_body(body, endpoint)
     route = snap.policy.route_for(model)
     if route is None:
         raise GatewayError(404, f"The model `{model}` does not exist or you do not have access to it.",
                            "invalid_request_error", "model_not_found", "model")
-    request[ROUTE] = route.name
+    ex.route = route.name
     await gw.limiter.admit(tenant)
     ctx = RequestContext(
-        request_id=request[REQUEST_ID], endpoint=endpoint, body=body, forward_body=body, model=model,
+        request_id=ex.request_id, endpoint=endpoint, body=body, forward_body=body, model=model,
         stream=stream, include_usage=include_usage, tenant=tenant, route=route, policy=snap.policy,
-        headers=request.headers, cache_control=CacheControl.parse(request.headers.get("Cache-Control")),
-        response_headers={"X-Request-Id": request[REQUEST_ID]},  # streams send headers before the middleware
+        headers=headers, cache_control=CacheControl.parse(headers.get("Cache-Control")),
+        response_headers={"X-Request-Id": ex.request_id},  # streams send headers before the envelope
     )
     return gw, snap, ctx
 
@@ -131,24 +213,17 @@ def upstream_body(ctx: RequestContext) -> dict:
 # ---- completion endpoints ------------------------------------------------------------------------------------
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, CHAT)
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, COMPLETIONS)
-
-
-async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
-    gw, snap, ctx = await prepare(request, endpoint)
+async def generate(ex: Exchange, endpoint: Endpoint) -> None:
+    """Chat or legacy completions, whole or streamed, from a stage (a cache hit) or a backend."""
+    gw, snap, ctx = await prepare(ex, endpoint)
     stages = gw.stages_by_endpoint[endpoint]
     for stage in stages:
         hit = await stage.before(ctx)
         if hit is not None:
-            return await _answer_from_cache(request, ctx, hit)
+            return await _answer_from_cache(ex, ctx, hit)
     route = ctx.route
     if ctx.stream:
-        return await _relay_stream(request, gw, snap, ctx, stages)
+        return await _relay_stream(ex, gw, snap, ctx, stages)
     call = WHOLE[endpoint]
     completion, name = await gw.router.call(
         route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
@@ -157,27 +232,22 @@ async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
     for stage in stages:
         await stage.after(ctx, completion)
     await gw.account(ctx, completion.get("usage"))
-    ctx.response_headers["X-Backend"] = request[BACKEND] = name
-    return json_response(completion, ctx.response_headers)
+    ctx.response_headers["X-Backend"] = ex.backend = name
+    ex.reply(200, orjson.dumps(completion), ctx.response_headers)
 
 
-async def _answer_from_cache(request: web.Request, ctx: RequestContext, hit: dict) -> web.StreamResponse:
-    ctx.response_headers["X-Backend"] = request[BACKEND] = "cache"
+async def _answer_from_cache(ex: Exchange, ctx: RequestContext, hit: dict) -> None:
+    ctx.response_headers["X-Backend"] = ex.backend = "cache"
     if not ctx.stream:
-        return json_response(hit, ctx.response_headers)
-    response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
-    await response.prepare(request)
-    request[PREPARED] = response
-    for chunk in completion_to_chunks(hit, ctx.include_usage):
-        await response.write(sse_event(chunk))
-    await response.write(DONE_EVENT)
-    await response.write_eof()
-    return response
+        return ex.reply(200, orjson.dumps(hit), ctx.response_headers)
+    await ex.open_stream({**SSE_HEADERS, **ctx.response_headers})
+    # The whole replay is one write: every event and the end of the body.
+    await ex.write_eof(b"".join(map(sse_event, completion_to_chunks(hit, ctx.include_usage))) + DONE_EVENT)
 
 
 async def _relay_stream(
-    request: web.Request, gw: Gateway, snap: Snapshot, ctx: RequestContext, stages: tuple[Stage, ...]
-) -> web.StreamResponse:
+    ex: Exchange, gw: Gateway, snap: Snapshot, ctx: RequestContext, stages: tuple[Stage, ...]
+) -> None:
     route = ctx.route
     body = upstream_body(ctx)
     open_call = STREAMED[ctx.endpoint]
@@ -191,11 +261,9 @@ async def _relay_stream(
         async with gw.router.open_stream(route, snap.backends, lambda b: open_call(b, body, route.timeouts),
                                          endpoint=ctx.endpoint, body=body, tenant=ctx.tenant.name) as lease:
             name = lease.backend
-            ctx.response_headers["X-Backend"] = request[BACKEND] = name
-            response = web.StreamResponse(headers={**SSE_HEADERS, **ctx.response_headers})
-            await response.prepare(request)
-            request[PREPARED] = response
-            out = CoalescingWriter(response)
+            ctx.response_headers["X-Backend"] = ex.backend = name
+            await ex.open_stream({**SSE_HEADERS, **ctx.response_headers})
+            out = CoalescingWriter(ex)
             include_usage = ctx.include_usage
 
             def take(chunk: dict) -> bytes | None:
@@ -216,20 +284,18 @@ async def _relay_stream(
             except BackendError as e:
                 # Headers are gone: report in-band the way OpenAI does, and end without [DONE]. Chunks of the
                 # wrong shape are BackendErrors already (checked at the backend edge); anything else raised
-                # here is the gateway's own bug and goes to the middleware, which also ends the stream in-band.
+                # here is the gateway's own bug and goes to the envelope, which also ends the stream in-band.
                 e.backend = name
-                err = _backend_failure(e, request)
-                request[STATUS] = str(err.status)
+                err = _backend_failure(e, ex)
+                ex.status = str(err.status)
                 await out.close(sse_event(err.body()))
-                await response.write_eof()
-                return response
+                return
             assembler.finish()
             if assembler.complete:  # every choice ended: only then may a stage store it, and before [DONE], so
                 completion = assembler.result()  # a client that asks again the moment its stream ends finds it
                 for stage in stages:
                     await stage.after(ctx, completion)
             await out.close(DONE_EVENT)
-            await response.write_eof()
             ended = True
     finally:
         if name is not None and not ended:
@@ -249,7 +315,6 @@ async def _relay_stream(
         await gw.account(ctx, completion["usage"])
     else:  # an upstream that ignores stream_options.include_usage
         await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
-    return response
 
 
 def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
@@ -259,15 +324,43 @@ def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
     return len(orjson.dumps(prompt)) // 4 + chunks
 
 
-async def embeddings(request: web.Request) -> web.Response:
-    gw, snap, ctx = await prepare(request, EMBEDDINGS)
+async def embed(ex: Exchange) -> None:
+    gw, snap, ctx = await prepare(ex, EMBEDDINGS)
     route = ctx.route
     call = WHOLE[EMBEDDINGS]
     result, name = await gw.router.call(route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
                                         endpoint=EMBEDDINGS, tenant=ctx.tenant.name)
     await gw.account(ctx, result.get("usage"))
-    request[BACKEND] = name
-    return json_response(result, {"X-Backend": name})
+    ex.backend = name
+    ex.reply(200, orjson.dumps(result), {"X-Backend": name})
+
+
+def _on_aiohttp(serve: Callable[[Exchange], Awaitable[None]]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler running `serve` on the exchange the envelope middleware made."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        ex = request[EXCHANGE]
+        await serve(ex)
+        return ex.response  # type: ignore[return-value]
+
+    return handler
+
+
+async def _chat(ex: Exchange) -> None:
+    await generate(ex, CHAT)
+
+
+async def _completions(ex: Exchange) -> None:
+    await generate(ex, COMPLETIONS)
+
+
+# The front (gateway/front.py) serves these two itself; aiohttp serves them for requests the front hands over
+# (a chunked body, Expect: 100-continue).
+HOT_PATHS: dict[str, Callable[[Exchange], Awaitable[None]]] = {"/v1/chat/completions": _chat,
+                                                               "/v1/completions": _completions}
+chat_completions = _on_aiohttp(_chat)
+completions = _on_aiohttp(_completions)
+embeddings = _on_aiohttp(embed)
 
 
 # ---- operations ----------------------------------------------------------------------------------------------
@@ -330,80 +423,85 @@ async def admin_cache_stats(request: web.Request) -> web.Response:
     return json_response(await gw.cache_admin().stats())
 
 
-# ---- middleware ----------------------------------------------------------------------------------------------
+# ---- the envelope: request id, errors as OpenAI's envelope, metrics --------------------------------------------
 
 
-@web.middleware
-async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Request id on everything; every error as OpenAI's envelope; request count and latency per route."""
-    given = request.headers.get("X-Request-Id")
-    request_id = given if given and REQUEST_ID_OK.match(given) else new_request_id()
-    request[REQUEST_ID] = request_id
+async def envelope(ex: Exchange, serve: Callable[[Exchange], Awaitable[None]]) -> None:
+    """Request id on everything; every error as OpenAI's envelope (in-band once a stream's headers went out);
+    request count and latency per route; 499 for a client that went away. Both servers run every request
+    through this."""
+    given = ex.headers.get("X-Request-Id")
+    ex.request_id = given if given and REQUEST_ID_OK.match(given) else new_request_id()
     started = time.perf_counter()
     try:
-        response = await handler(request)
+        await serve(ex)
     except (asyncio.CancelledError, ConnectionResetError):
-        _observe(request, "499", started)  # the client went away
+        _observe(ex, "499", started)  # the client went away
         raise
     except web.HTTPException as e:
         if e.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(e.status)
-        response = await _error_response(request, GatewayError(
+        await _error_reply(ex, GatewayError(
             e.status, e.text if e.status == 413 and e.text else e.reason, "invalid_request_error", code))
     except Exception as e:
-        response = await _error_response(request, _gateway_error(e, request))
-    if not response.prepared:
-        response.headers["X-Request-Id"] = request_id
-    _observe(request, request.get(STATUS) or str(response.status), started, deferred=True)
-    return response
+        await _error_reply(ex, _gateway_error(e, ex))
+    _observe(ex, ex.status or "200", started, deferred=True)
 
 
-def _gateway_error(e: Exception, request: web.Request) -> GatewayError:
+@web.middleware
+async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """`envelope` on aiohttp's server: every route's handler runs inside it."""
+    ex = request[EXCHANGE] = AiohttpExchange(request)
+
+    async def serve(ex: AiohttpExchange) -> None:
+        ex.adopt(await handler(request))
+
+    await envelope(ex, serve)  # type: ignore[arg-type]
+    return ex.response  # type: ignore[return-value]
+
+
+def _gateway_error(e: Exception, ex: Exchange) -> GatewayError:
     if isinstance(e, GatewayError):
         return e
     if isinstance(e, BackendError):
-        return _backend_failure(e, request)
-    log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request[REQUEST_ID])
+        return _backend_failure(e, ex)
+    log.exception("unhandled error on %s %s (request %s)", ex.method, ex.path, ex.request_id)
     return GatewayError(500, "The gateway hit an internal error.", "server_error", "internal_error")
 
 
-def _backend_failure(e: BackendError, request: web.Request) -> GatewayError:
+def _backend_failure(e: BackendError, ex: Exchange) -> GatewayError:
     """The tenant's view of a backend failure (generic, with the request id); the details go to the log."""
-    request_id = request[REQUEST_ID]
     if e.backend is not None:
-        request[BACKEND] = e.backend
-    log.warning("request %s: backend %s failed (%s): %s", request_id, e.backend, e.reason, e.message)
-    return e.to_gateway_error(request_id)
+        ex.backend = e.backend
+    log.warning("request %s: backend %s failed (%s): %s", ex.request_id, e.backend, e.reason, e.message)
+    return e.to_gateway_error(ex.request_id)
 
 
-async def _error_response(request: web.Request, err: GatewayError) -> web.StreamResponse:
+async def _error_reply(ex: Exchange, err: GatewayError) -> None:
     """The error as a fresh response, or, when headers already went out, as a last SSE event on the open one
     (a second status line inside a chunked body would garble the stream for every client)."""
-    prepared = request.get(PREPARED)
-    if prepared is None:
-        return err.response()
-    request[STATUS] = str(err.status)
+    if not ex.streaming:
+        return ex.reply(err.status, orjson.dumps(err.body()), err.headers)
+    ex.status = str(err.status)
     try:
-        await prepared.write(sse_event(err.body()))
-        await prepared.write_eof()
+        await ex.write_eof(sse_event(err.body()))
     except (ConnectionError, RuntimeError):
         pass  # the client is gone or the body already ended: nothing more can be said
-    return prepared
 
 
 OPS_PATHS = frozenset({"/metrics", "/ready", "/health"})  # scrapes and probes are not traffic
 
 
-def _observe(request: web.Request, status: str, started: float, deferred: bool = False) -> None:
+def _observe(ex: Exchange, status: str, started: float, deferred: bool = False) -> None:
     """Every request is counted, those refused before routing (401, 404, 400, 405, 413) as route "none".
-    `deferred`: the count runs on the loop's next turn, after aiohttp has written the response (the handler's
-    return is what writes it), so the client's answer does not wait on the metrics' locks."""
-    route = request.get(ROUTE)
-    if route is None and request.path in OPS_PATHS:
+    `deferred`: the count runs on the loop's next turn, after the response is written (aiohttp writes it when
+    the handler returns), so the client's answer does not wait on the metrics' locks."""
+    route = ex.route
+    if route is None and ex.path in OPS_PATHS:
         return
-    args = (route or "none", request.get(BACKEND, "none"), status, time.perf_counter() - started)
-    observe = request.app[GATEWAY].metrics.observe_request
+    args = (route or "none", ex.backend, status, time.perf_counter() - started)
+    observe = ex.gateway.metrics.observe_request
     if deferred:
         asyncio.get_running_loop().call_soon(observe, *args)
     else:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
-from aiohttp import web
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -191,6 +190,14 @@ def completion_to_chunks(completion: dict, include_usage: bool) -> list[dict]:
     return chunks
 
 
+class Writable(Protocol):
+    """An open streamed response: aiohttp's StreamResponse, or the pipeline's Exchange on either server."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def write_eof(self, data: bytes = b"") -> None: ...
+
+
 class CoalescingWriter:
     """Sends SSE events in as few socket writes as possible: events that arrive within one event-loop tick
     (usually all those parsed from one upstream read) leave together, in order, and no later than that tick.
@@ -198,7 +205,7 @@ class CoalescingWriter:
     A write whose drain is pending (a slow client) is awaited before more is queued, so memory stays bounded.
     """
 
-    def __init__(self, response: web.StreamResponse) -> None:
+    def __init__(self, response: Writable) -> None:
         self.response = response
         self.parts: list[bytes] = []
         self.loop = asyncio.get_running_loop()

@@ -17,7 +17,9 @@ import httpx
 import openai
 from aiohttp import web
 
+from gateway.appkeys import GATEWAY
 from gateway.embedded_redis import redis_server_binary
+from gateway.front import Front
 
 
 def free_port() -> int:
@@ -44,7 +46,8 @@ class LoopThread:
 
 
 class ServerThread:
-    """Serve an aiohttp app (built by `factory` inside the loop) on 127.0.0.1 from a background thread.
+    """Serve an aiohttp app (built by `factory` inside the loop) on 127.0.0.1 from a background thread; the
+    gateway's app (create_app) through gateway/front.py, as `llm-gateway serve` does.
 
     Usable from sync tests (openai.OpenAI) and async ones (openai.AsyncOpenAI) alike.
     """
@@ -56,6 +59,7 @@ class ServerThread:
         self._lt = LoopThread()
         self.app: web.Application | None = None
         self._runner: web.AppRunner | None = None
+        self._front: Front | None = None
 
     async def _start(self) -> None:
         app = self._factory()
@@ -64,7 +68,11 @@ class ServerThread:
         self.app = app  # type: ignore[assignment]
         self._runner = web.AppRunner(self.app, shutdown_timeout=1.0, handler_cancellation=True)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        if GATEWAY in self.app:  # the gateway: served as `llm-gateway serve` serves it, through the front
+            self._front = Front(self._runner)
+            await self._front.start("127.0.0.1", self.port)
+        else:  # a fake upstream or an engine: plain aiohttp
+            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
     def start(self) -> ServerThread:
         self._lt.run(self._start())
@@ -75,6 +83,9 @@ class ServerThread:
         return self._lt.run(coro, timeout)
 
     def stop(self) -> None:
+        if self._front is not None:
+            self._lt.run(self._front.close(1.0))
+            self._front = None
         if self._runner is not None:
             self._lt.run(self._runner.cleanup())
             self._runner = None
