@@ -615,13 +615,15 @@ _OWNED_OF = re.compile(r"\b([A-Za-z]+)\s+of\s+(?=(?:(?:the|a|an|my|your|his|her|
 def _owned_pairs(text: str) -> frozenset[tuple[str, str]]:
     """The (owner, owned) pairs of content words in a text, as stems. Function words and quantities ("what's",
     "one of", "kind of", "lot of") are no owners."""
+    if "'" not in text and " of " not in text.lower():
+        return frozenset()  # most questions: nothing owned, no regex run
     pairs = [(m.group(1), m.group(2)) for m in _OWNER_OF.finditer(text)]
     pairs += [(m.group(2), m.group(1)) for m in _OWNED_OF.finditer(text)]
     owned = {(_stem(x.lower()), _stem(y.lower())) for x, y in pairs
              if x.lower() not in _WEAK and y.lower() not in _WEAK and x.lower() != y.lower()}
     # through the chain: in "my son's friend's teacher" the son is an owner of the teacher too, so that
     # "the son of my friend's teacher" reverses it however each text writes its chain
-    for _ in range(2):
+    for _ in range(2 if len(owned) > 1 else 0):
         owned |= {(x, z) for x, y in owned for y2, z in owned if y == y2 and x != z}
     return frozenset(owned)
 
