@@ -282,8 +282,10 @@ class FrontConnection(asyncio.Protocol):
     async def _serve(self, ex: FrontExchange) -> None:
         try:
             await envelope(ex, _HOT[ex.path.encode()][1])
-        except asyncio.CancelledError:
-            return  # the client went away (counted as 499 by the envelope)
+        except (asyncio.CancelledError, ConnectionResetError):  # the client went away (the envelope counted 499)
+            if self.transport is not None:
+                self.transport.close()
+            return
         except Exception:  # the envelope answers every error; this is a bug in the front itself
             log.exception("front: request %s failed outside the envelope", ex.request_id)
             ex.keep_alive = False
@@ -383,4 +385,7 @@ class Front:
             await asyncio.wait(busy, timeout=grace)
         for conn in list(self.connections):
             if conn.transport is not None:
-                conn.transport.abort()
+                conn.transport.abort()  # its handler is cancelled (connection_lost)
+        busy = [t for t in busy if not t.done()]
+        if busy:  # let the cancelled ones run their clean-up (the stream closed, the tenant charged) first
+            await asyncio.wait(busy, timeout=1.0)
