@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
 
 from gateway.cache import keyspace as ks
 from gateway.cache.exact import namespace_member
@@ -26,11 +29,12 @@ from gateway.cache.index import EntryMeta
 from gateway.cache.keys import SemanticQuery
 from gateway.cache.lean_get import LeanGet
 from gateway.cache.verifier import verify as verify_pair
-from gateway.redis_client import execute_partial
+from gateway.redis_client import ClusterClient, execute_partial
 from gateway.redis_guard import RedisUnavailable
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+    from redis.asyncio.connection import AbstractConnection
 
     from gateway.cache.config import SemanticConfig
     from gateway.cache.judge import Judge
@@ -40,11 +44,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.cache")
 LOAD_CHUNK = 512
 FOLLOW_BLOCK_MS = 500  # below the client's 1 s socket timeout
+FOLLOW_COUNT = 1000  # events per XREAD
 SWEEP_EVERY_S = 30.0
 MAX_FETCHES = 2  # candidates read from Redis per lookup before giving up
 TOUCH_DELAY_S = 1.0  # LRU uses gather this long before one write: a hit pays no Redis write of its own
-# A cancelled blocking XREAD has been seen (about 1 run in 20 of tests/cache/test_semantic_e2e.py) to stay in
-# redis-py's connection clean-up for good, holding a gateway's shutdown for as long as anyone waits on it.
+# A belt: close() ends its tasks without waiting on a cancel (see close()); should one still not end, shutdown
+# goes on after this long without it.
 CLOSE_WAIT_S = 5.0
 MAX_JUDGE_CALLS = 1  # live judge calls per lookup (cached verdicts are free): bounds a miss's extra latency
 
@@ -80,6 +85,8 @@ class SemanticCache:
         self._reading = False  # a lone completion read is in flight (others meanwhile are pipelined)
         self._lean = LeanGet.for_client(redis)  # None where the server needs redis-py (TLS, cluster)
         self.synced = asyncio.Event()  # set once the start-up load finished and the stream is followed
+        self._stop = asyncio.Event()  # set by close(): the loops below end at their next check
+        self._follow_conn: AbstractConnection | None = None  # the follower's own connection (see _follow)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
@@ -92,6 +99,8 @@ class SemanticCache:
         if not await self.worker.wait_ready_or_load():
             return
         last_id = await self._retry(self._load_all)
+        if self._stop.is_set():  # closed meanwhile, and a cancel was lost on the way (see close())
+            return
         self.synced.set()
         await self._follow(last_id)
 
@@ -103,15 +112,39 @@ class SemanticCache:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # Redis down at start: keep trying, lookups miss meanwhile
+                if self._stop.is_set():
+                    return None
                 log.warning("semantic cache: loading entries failed (%s); retrying in %.1fs", e, delay)
-                await asyncio.sleep(delay)
+                await self._pause(delay)
                 delay = min(delay * 2, 5.0)
 
+    async def _pause(self, seconds: float) -> None:
+        """Sleep `seconds`, or less when close() comes first."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
+
     async def close(self) -> None:
+        """Stop the background work; returns once it has ended.
+
+        The follower is not cancelled: close() sets `_stop` and closes the follower's own connection, so its
+        XREAD fails at once and the loop ends at its next check. A cancel can be lost there. On Python 3.11
+        redis-py sends every command under `asyncio.wait_for`, and that wait_for returns the send's result
+        instead of raising when the cancel lands after the write finished but before wait_for resumed. The
+        old follower then read on for good and held the gateway's shutdown (the 60 s teardown hang of issue
+        #8). The other tasks (loading, stores, reads, LRU writes) are cancelled. A lost cancel only lets one
+        command finish, and the loading loop checks `_stop`. CLOSE_WAIT_S bounds the wait should anything still
+        not end."""
+        self._stop.set()
+        conn = self._follow_conn
+        if conn is not None:
+            await _disconnect(conn)
         tasks = [t for t in (self._sync_task, self._fetcher, self._toucher, *self._tasks) if t is not None]
-        stuck = await cancel_and_wait(tasks, CLOSE_WAIT_S)
+        following = self._sync_task if self.synced.is_set() else None  # ends by itself, told by _stop
+        stuck = await cancel_and_wait([t for t in tasks if t is not following], CLOSE_WAIT_S,
+                                      also=[following] if following is not None else [])
         if stuck:
-            log.warning("semantic cache: %d background task(s) still running %.0fs after cancel; not waiting",
+            log.warning("semantic cache: %d background task(s) still running %.0fs after close; not waiting",
                         len(stuck), CLOSE_WAIT_S)
         if self._lean is not None:
             self._lean.close()
@@ -393,28 +426,68 @@ class SemanticCache:
         return last_id
 
     async def _follow(self, last_id: str) -> None:
+        """Apply the events stream to the local index until close() sets `_stop`. The stream is read with
+        blocking XREADs on a connection of the follower's own, outside the client's pool: close() closes it,
+        so a blocked read fails at once, and the follower is never cancelled mid-command (see close())."""
         delay = 0.2
         next_sweep = time.monotonic() + SWEEP_EVERY_S
-        while True:
-            try:
-                response = await self._redis.xread({ks.EVENTS: last_id}, count=1000, block=FOLLOW_BLOCK_MS)
-                delay = 0.2
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # Redis restarting: keep the local index, try again shortly
-                log.debug("semantic cache: following events failed: %s", e)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            for _stream, events in response or ():
+        try:
+            while not self._stop.is_set():
+                try:
+                    events = await self._read_events(last_id)
+                    delay = 0.2
+                except Exception as e:  # Redis restarting, or close(): keep the local index, try again shortly
+                    await self._drop_follow_connection()
+                    if self._stop.is_set():
+                        return
+                    log.debug("semantic cache: following events failed: %s", e)
+                    if isinstance(self._redis, ClusterClient):  # a failover or a moved slot: a fresh slot map
+                        self._redis.refresh_soon()
+                    await self._pause(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
                 for event_id, fields in events:
                     last_id = _text(event_id)
-                    await self._apply({_text(k): v for k, v in fields.items()})
-            if time.monotonic() >= next_sweep:
-                await self.worker.run(self.worker.indexes.sweep_expired)
-                next_sweep = time.monotonic() + SWEEP_EVERY_S
+                    await self._apply(fields)
+                if time.monotonic() >= next_sweep:
+                    await self.worker.run(self.worker.indexes.sweep_expired)
+                    next_sweep = time.monotonic() + SWEEP_EVERY_S
+        finally:
+            await self._drop_follow_connection()
+
+    async def _read_events(self, last_id: str) -> list[tuple[Any, dict[str, Any]]]:
+        """One XREAD BLOCK after `last_id` on the follower's connection (opened first where there is none)."""
+        conn = self._follow_conn
+        if conn is None:
+            conn = self._follow_conn = await self._events_connection()
+            await conn.connect()
+            if self._stop.is_set():  # close() came while it connected: it found nothing to close yet
+                raise RedisConnectionError("semantic cache closing")
+        await conn.send_command("XREAD", "COUNT", FOLLOW_COUNT, "BLOCK", FOLLOW_BLOCK_MS, "STREAMS", ks.EVENTS,
+                                last_id)
+        return _stream_events(await conn.read_response())
+
+    async def _events_connection(self) -> AbstractConnection:
+        """A new connection, like the client's own, to the server that holds the events stream. No retries:
+        the follower has its own backoff, and a close() must not wait out redis-py's."""
+        if isinstance(self._redis, ClusterClient):
+            await self._redis.initialize()
+            node = self._redis.get_node_from_key(ks.EVENTS)
+            if node is None:  # the slot map is being rebuilt
+                raise RedisConnectionError("no node serves the events stream yet")
+            make, kwargs = node.connection_class, node.connection_kwargs
+        else:
+            pool = self._redis.connection_pool
+            make, kwargs = pool.connection_class, pool.connection_kwargs
+        return make(**{**kwargs, "retry": Retry(NoBackoff(), 0)})
+
+    async def _drop_follow_connection(self) -> None:
+        conn, self._follow_conn = self._follow_conn, None
+        if conn is not None:
+            await _disconnect(conn)
 
     async def _apply(self, event: dict[str, Any]) -> None:
+        """One event of the stream (field names as str)."""
         op, ns = _text(event.get("op", b"")), _text(event.get("ns", b""))
         indexes = self.worker.indexes
         if op == "add":
@@ -450,6 +523,26 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _stream_events(reply: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """(id, fields) of each event in a raw XREAD reply: None when the block timed out, else one
+    [stream, [[id, [field, value, ...]], ...]] per stream (a map of streams under RESP3)."""
+    if not reply:
+        return []
+    streams = reply.items() if isinstance(reply, dict) else reply
+    events = []
+    for _stream, entries in streams:
+        for event_id, flat in entries:
+            if flat:  # an entry trimmed away while being read comes back without fields
+                events.append((event_id, {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
+    return events
+
+
+async def _disconnect(conn: AbstractConnection) -> None:
+    """Close a connection without waiting for the server: a read pending on it fails at once."""
+    with contextlib.suppress(Exception):
+        await conn.disconnect(nowait=True)
+
+
 def _vector(v64: Any) -> np.ndarray:
     return np.frombuffer(base64.b64decode(v64), dtype=np.float32).copy()
 
@@ -459,14 +552,17 @@ def _meta(eid: str, ns: str, meta_doc: Any) -> EntryMeta:
     return EntryMeta(eid, ns, doc["scope"], doc["text"], doc["at"], doc["exp"])
 
 
-async def cancel_and_wait(tasks: list[asyncio.Task], wait_s: float) -> set[asyncio.Task]:
-    """Cancel `tasks` and wait up to `wait_s` seconds for them to finish; return those still running. Errors
-    of the finished ones are consumed (they end with the cache, which is closing)."""
+async def cancel_and_wait(tasks: list[asyncio.Task], wait_s: float, also: list[asyncio.Task] | None = None,
+                          ) -> set[asyncio.Task]:
+    """Cancel `tasks` and wait up to `wait_s` seconds for them and for `also` (told to stop some other way) to
+    finish; return those still running. Errors of the finished ones are consumed (they end with the cache,
+    which is closing)."""
     for task in tasks:
         task.cancel()
-    if not tasks:
+    waited = [*tasks, *(also or ())]
+    if not waited:
         return set()
-    done, pending = await asyncio.wait(tasks, timeout=wait_s)
+    done, pending = await asyncio.wait(waited, timeout=wait_s)
     for task in done:
         if not task.cancelled():
             task.exception()
