@@ -21,14 +21,16 @@ Synchronous on purpose: it runs on the semantic worker thread, never on the even
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import logging
 import os
 import tempfile
 import threading
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,11 +159,35 @@ def torch_forward(path: Path, model: Any = None) -> Forward:
     return forward
 
 
-def _weights_key(path: Path) -> str:
-    digest = hashlib.sha256(f"v{EXPORT_VERSION} opset{OPSET}\n".encode())
+def toolchain() -> str:
+    """The versions of what makes the graphs: torch exports, onnx and ONNX Runtime's optimizer fuse, ONNX
+    Runtime's quantizer quantizes. Part of the graphs' key, so an upgrade of any of them makes them again."""
+    from importlib import metadata
+
+    import onnxruntime  # its distribution may be onnxruntime-gpu, -openvino, ...: ask the module itself
+
+    versions = [f"onnxruntime={onnxruntime.__version__}"]
+    for name in ("onnx", "torch"):
+        try:
+            versions.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:  # torch is only needed to export: a kept graph runs without it
+            versions.append(f"{name}=none")
+    return " ".join(versions)
+
+
+@functools.lru_cache(maxsize=4)
+def _weights_digest(path: Path) -> bytes:
+    """The weights' hash (~90 MB read): once per process, however many graphs are looked up."""
+    digest = hashlib.sha256()
     for name in ("config.json", "model.safetensors"):
         with open(path / name, "rb") as f:
             digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.digest()
+
+
+def _weights_key(path: Path) -> str:
+    digest = hashlib.sha256(f"v{EXPORT_VERSION} opset{OPSET} {toolchain()}\n".encode())
+    digest.update(_weights_digest(path))
     return digest.hexdigest()[:20]
 
 
@@ -328,9 +354,59 @@ def each_alone(forward: Forward) -> Forward:
 
 
 def graph_file(directory: Path, path: Path, precision: str) -> Path:
-    """Where a graph is kept: keyed by the weights, the export version and, for int8, the recipe."""
+    """Where a graph is kept: keyed by the weights, the export version, the toolchain's versions and, for
+    int8, the recipe."""
     tag = "" if precision == "fp32" else f"-int8-q{QUANT_VERSION}"
     return directory / f"all-MiniLM-L6-v2-{_weights_key(path)}{tag}.onnx"
+
+
+def failure_file(int8_target: Path) -> Path:
+    """Where a failed quantization is remembered: beside the int8 graph it did not make, keyed like it."""
+    return int8_target.with_suffix(".failed")
+
+
+@contextlib.contextmanager
+def build_lock(fp32_target: Path) -> Iterator[None]:
+    """Held while this process makes the graphs of one key: gateway workers starting together make them once,
+    the others wait and then load what the first kept. An flock(2) on a file beside the graphs (never deleted:
+    removing a lock file lets a third process lock a new file while the second holds the old one); the kernel
+    releases it when its holder exits or dies. Where the file cannot be opened (a read-only cache directory,
+    where nothing is kept anyway) or there is no flock, graphs are made without it."""
+    lock_path = fp32_target.with_suffix(".lock")
+    fd: int | None = None
+    try:
+        import fcntl
+
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:  # another user's lock file in a shared cache directory: flock needs no write
+            fd = os.open(lock_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("semantic cache: another process is making the ONNX graphs (%s); waiting for it", lock_path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except (ImportError, OSError) as e:
+        log.debug("semantic cache: making the ONNX graphs without a lock (%s)", e)
+        if fd is not None:
+            os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def _remembered_failure(int8_target: Path) -> str | None:
+    """The error a past attempt at this int8 graph ended with, if one is remembered."""
+    try:
+        return str(orjson.loads(failure_file(int8_target).read_bytes())["error"])
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):  # unreadable: it still says it failed
+        return "unknown (unreadable failure file)"
 
 
 def _cached_session(target: Path) -> Any | None:
@@ -362,13 +438,38 @@ def onnx_forward(path: Path, tokens: WordPieces, directory: Path | None = None,
                  precision: str = "int8") -> tuple[Forward, str]:
     """The ONNX Runtime runner and the precision it got: the cached graph for these weights, made first if
     there is none (fp32: exported from the weights; int8: quantized from the fp32 graph and checked against
-    it). Where quantizing fails or strays too far, the fp32 graph runs (a warning is logged)."""
+    it), by one process at a time (build_lock). Where quantizing fails or strays too far, the fp32 graph runs
+    (a warning is logged) and the failure is remembered beside the graphs: later starts go straight to fp32."""
     directory = directory or cache_dir()
+    targets = graph_file(directory, path, "fp32"), graph_file(directory, path, "int8")
+    kept = _from_cache(targets, precision)
+    if kept is not None:
+        return kept
+    with build_lock(targets[0]):
+        # Another process may have made them while this one waited for the lock.
+        return _from_cache(targets, precision) or _make(path, tokens, targets, precision)
+
+
+def _from_cache(targets: tuple[Path, Path], precision: str) -> tuple[Forward, str] | None:
+    """The runner from kept graphs alone, or None where a graph has to be made first."""
+    fp32_target, int8_target = targets
     if precision == "int8":
-        session = _cached_session(graph_file(directory, path, "int8"))
+        session = _cached_session(int8_target)
         if session is not None:
             return each_alone(_run_session(session)), "int8"
-    fp32_target = graph_file(directory, path, "fp32")
+        if _remembered_failure(int8_target) is None:
+            return None  # to be quantized
+    fp32 = _cached_session(fp32_target)
+    if fp32 is None:
+        return None
+    if precision == "int8":
+        _say_failed_before(int8_target)
+    return _run_session(fp32), "fp32"
+
+
+def _make(path: Path, tokens: WordPieces, targets: tuple[Path, Path], precision: str) -> tuple[Forward, str]:
+    """Make (and keep) what the cache lacks: the fp32 export, then for int8 the quantized graph."""
+    fp32_target, int8_target = targets
     fp32 = _cached_session(fp32_target)
     if fp32 is None:
         graph = export_onnx(path, tokens)
@@ -378,6 +479,9 @@ def onnx_forward(path: Path, tokens: WordPieces, directory: Path | None = None,
         graph = fp32_target.read_bytes()
     if precision == "fp32":
         return _run_session(fp32), "fp32"
+    if _remembered_failure(int8_target) is not None:
+        _say_failed_before(int8_target)
+        return _run_session(fp32), "fp32"
     try:
         int8_graph = quantized(graph)
         int8 = each_alone(_run_session(_session(int8_graph)))
@@ -386,9 +490,18 @@ def onnx_forward(path: Path, tokens: WordPieces, directory: Path | None = None,
             raise RuntimeError(f"int8 graph strays from the fp32 one (cosine {agreement:.4f})")
     except Exception as e:  # an ONNX Runtime whose quantizer does not know this graph: fp32 is right, slower
         log.warning("semantic cache: no int8 graph (%s); embedding with fp32 weights", e)
+        if not isinstance(e, OSError | MemoryError):  # those may pass (a full disk, a busy machine): try again
+            _keep(failure_file(int8_target), orjson.dumps({"error": f"{type(e).__name__}: {e}",
+                                                           "toolchain": toolchain(), "at": time.time()}))
         return _run_session(fp32), "fp32"
-    _keep(graph_file(directory, path, "int8"), int8_graph)
+    _keep(int8_target, int8_graph)
     return int8, "int8"
+
+
+def _say_failed_before(int8_target: Path) -> None:
+    log.warning("semantic cache: the int8 graph could not be made before (%s; remembered in %s, delete it to "
+                "try again); embedding with fp32 weights", _remembered_failure(int8_target),
+                failure_file(int8_target))
 
 
 class MiniLMEmbedder:

@@ -162,7 +162,8 @@ def test_graphs_are_kept_and_reused_and_a_damaged_copy_is_replaced(tmp_path: Pat
     assert {"Attention", "SkipLayerNormalization"} <= fused_ops  # the transformer fusions were applied
     int8_ops = {node.op_type for node in onnx.load(str(target_int8)).graph.node}
     assert {"QAttention", "MatMulInteger"} <= int8_ops and "Attention" not in int8_ops
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, target_int8.name])  # no temp files
+    kept = sorted([target.name, target_int8.name, target.with_suffix(".lock").name])  # no temp files
+    assert sorted(p.name for p in tmp_path.iterdir()) == kept
 
     def not_again(*_: object) -> bytes:
         raise AssertionError("made again although a good graph was cached")
@@ -177,31 +178,100 @@ def test_graphs_are_kept_and_reused_and_a_damaged_copy_is_replaced(tmp_path: Pat
     assert_matches(fp32.encode(SENTENCES), reference)
 
 
-def test_a_failed_quantization_runs_the_fp32_graph(tmp_path: Path, monkeypatch, fp32, reference) -> None:
+def with_fp32_export(directory: Path) -> None:
+    """Put the fp32 export (the `fp32` fixture made sure there is one) where `directory`'s runners look."""
+    key = embedder_module._weights_key(model_dir())
+    (directory / f"all-MiniLM-L6-v2-{key}.onnx").write_bytes(embedder_module.graph_file(
+        embedder_module.cache_dir(), model_dir(), "fp32").read_bytes())
+
+
+def test_a_failed_quantization_runs_fp32_and_is_remembered_until_the_toolchain_changes(
+        tmp_path: Path, monkeypatch, caplog, fp32, reference) -> None:
     def broken(_: bytes) -> bytes:
         raise RuntimeError("quantizer does not know this graph")
 
     monkeypatch.setattr(embedder_module, "quantized", broken)
-    key = embedder_module._weights_key(model_dir())
-    (tmp_path / f"all-MiniLM-L6-v2-{key}.onnx").write_bytes(embedder_module.graph_file(
-        embedder_module.cache_dir(), model_dir(), "fp32").read_bytes())  # the fp32 export (the fixture made sure)
+    with_fp32_export(tmp_path)
     fallback = MiniLMEmbedder(directory=tmp_path)
     assert (fallback.backend, fallback.precision) == ("onnx", "fp32")
     assert_matches(fallback.encode(SENTENCES[:6]), reference[:6])
-    assert not embedder_module.graph_file(tmp_path, model_dir(), "int8").exists()
+    int8_target = embedder_module.graph_file(tmp_path, model_dir(), "int8")
+    assert not int8_target.exists()
+    failed = embedder_module.failure_file(int8_target)
+    assert "quantizer does not know this graph" in failed.read_text()
+
+    def not_again(_: bytes) -> bytes:
+        raise AssertionError("quantizing tried again although it failed with this toolchain")
+
+    monkeypatch.setattr(embedder_module, "quantized", not_again)
+    with caplog.at_level("WARNING", logger="gateway.cache"):
+        again = MiniLMEmbedder(directory=tmp_path)  # straight to fp32, and says why once
+    assert again.precision == "fp32"
+    said = [r.getMessage() for r in caplog.records if "could not be made before" in r.getMessage()]
+    assert len(said) == 1 and "quantizer does not know this graph" in said[0] and str(failed) in said[0]
+    # Another ONNX Runtime (or onnx, torch) is another key: its graphs, and its failure, are its own.
+    fp32_target = embedder_module.graph_file(tmp_path, model_dir(), "fp32")
+    toolchain = embedder_module.toolchain()
+    assert "onnxruntime=" in toolchain and "onnx=" in toolchain and "torch=" in toolchain
+    monkeypatch.setattr(embedder_module, "toolchain", lambda: toolchain.replace("onnxruntime=", "onnxruntime=9"))
+    upgraded = embedder_module.graph_file(tmp_path, model_dir(), "int8")
+    assert upgraded != int8_target and not embedder_module.failure_file(upgraded).exists()
+    assert embedder_module.graph_file(tmp_path, model_dir(), "fp32") != fp32_target
+
+
+def test_workers_starting_together_quantize_once(tmp_path: Path, monkeypatch, caplog, fp32) -> None:
+    """Two builders at once (threads here; flock(2) locks are per open file, so they exclude each other as two
+    processes would): one makes the int8 graph, the other waits for the lock and loads what the first kept."""
+    import logging
+    import threading
+
+    with_fp32_export(tmp_path)
+    waiting = threading.Event()
+    calls: list[int] = []
+
+    class SeesTheWait(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for it" in record.getMessage():
+                waiting.set()
+
+    def quantize_once_the_other_waits(graph: bytes) -> bytes:
+        calls.append(1)
+        assert waiting.wait(60), "the second builder never waited for the lock"
+        return graph  # the fp32 graph: agrees with itself, so it is kept as this key's int8 graph
+
+    handler = SeesTheWait()
+    logger = logging.getLogger("gateway.cache")
+    logger.addHandler(handler)
+    caplog.set_level(logging.INFO, logger="gateway.cache")
+    monkeypatch.setattr(embedder_module, "quantized", quantize_once_the_other_waits)
+    got: list[str] = []
+
+    def build() -> None:
+        tokens = embedder_module.WordPieces(model_dir())
+        got.append(embedder_module.onnx_forward(model_dir(), tokens, tmp_path, "int8")[1])
+
+    try:
+        threads = [threading.Thread(target=build) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        logger.removeHandler(handler)
+    assert got == ["int8", "int8"] and len(calls) == 1
+    assert embedder_module.graph_file(tmp_path, model_dir(), "int8").exists()
 
 
 def test_an_int8_graph_that_strays_runs_the_fp32_graph(tmp_path: Path, monkeypatch, caplog, fp32, reference) -> None:
     monkeypatch.setattr(embedder_module, "MIN_INT8_COSINE", 1.01)  # no int8 graph can agree that closely
-    key = embedder_module._weights_key(model_dir())
-    (tmp_path / f"all-MiniLM-L6-v2-{key}.onnx").write_bytes(embedder_module.graph_file(
-        embedder_module.cache_dir(), model_dir(), "fp32").read_bytes())  # the fp32 export (the fixture made sure)
+    with_fp32_export(tmp_path)
     with caplog.at_level("WARNING", logger="gateway.cache"):
         fallback = MiniLMEmbedder(directory=tmp_path)
     assert (fallback.backend, fallback.precision) == ("onnx", "fp32")
     assert any("strays from the fp32 one" in r.getMessage() for r in caplog.records)
     assert_matches(fallback.encode(SENTENCES[:6]), reference[:6])
-    assert not embedder_module.graph_file(tmp_path, model_dir(), "int8").exists()  # never kept: tried next start
+    assert not embedder_module.graph_file(tmp_path, model_dir(), "int8").exists()  # never kept, but remembered
+    assert embedder_module.failure_file(embedder_module.graph_file(tmp_path, model_dir(), "int8")).exists()
 
 
 def test_a_graph_that_cannot_be_kept_leaves_no_temporary_file(tmp_path: Path, monkeypatch) -> None:
