@@ -156,7 +156,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return edit
     if a.cjk_core and b.cjk_core:
         if (_cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core)
-                or _cjk_party_exchanged(a.cjk_plain, b.cjk_plain)):
+                or _cjk_party_exchanged(a.cjk_plain, b.cjk_plain) or _cjk_clause_reordered(a.folded, b.folded)):
             return "order"
         if close:
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -1223,6 +1223,22 @@ def _cjk_reordered(a: str, b: str) -> bool:
             if mb[j:n - i] == middle and x != y and _cjk_relation(middle):
                 return True
     return False
+
+
+def _cjk_clause_reordered(a: str, b: str) -> bool:
+    """_cjk_reordered clause by clause, in texts of as many clauses: the exchange is in one clause and another
+    clause names a party differently (我把钱借给朋友，他不还 / 朋友把钱借给我，我不还), which the whole-text check,
+    needing the same characters, misses."""
+    ca, cb = _cjk_clauses(a), _cjk_clauses(b)
+    return len(ca) == len(cb) > 1 and any(_cjk_reordered(x, y) for x, y in zip(ca, cb, strict=True))
+
+
+_CLAUSE_SPLIT = re.compile(r"[，,；;。.!！?？：:、]")
+
+
+def _cjk_clauses(text: str) -> list[str]:
+    """The Chinese characters of each clause that has some, in order."""
+    return [c for c in ("".join(_CJK.findall(part)) for part in _CLAUSE_SPLIT.split(text)) if c]
 
 
 # Aspect and sentence particles: they mark tense or a question, never who does what to whom.

@@ -117,6 +117,8 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
      "order"),
     # a particle (了) in one text only does not hide the exchange around a verb
     ("儿子打了父亲犯法吗？", "父亲打儿子犯法吗", "order"),
+    # the exchange in one clause while another clause names a party otherwise
+    ("我把钱借给朋友，他不还怎么办", "朋友把钱借给我，我不还怎么办", "order"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -194,6 +196,7 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("What is the wife of the king's brother called?", "What's the king's brother's wife called?"),  # a chain
     ("What is the second largest city in Texas?", "Texas's second biggest city?"),  # the same ranked noun
     ("小明把小红推倒了，谁该道歉？", "小红被小明推倒了，该谁道歉"),  # a passive keeps the roles
+    ("上周我把车借给同事，他把车撞了谁负责", "我上周把车借给同事，他把车撞了，谁负责"),  # clause by clause, no exchange
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
