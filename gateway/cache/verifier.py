@@ -158,7 +158,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         if (_cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core)
                 or _cjk_party_exchanged(a.cjk_plain, b.cjk_plain) or _cjk_clause_reordered(a.folded, b.folded)):
             return "order"
-        if close:
+        if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
                 return edit
@@ -1222,6 +1222,24 @@ def _cjk_reordered(a: str, b: str) -> bool:
             x, middle, y = ma[:i], ma[i:n - j], ma[n - j:]
             if mb[j:n - i] == middle and x != y and _cjk_relation(middle):
                 return True
+    return False
+
+
+def _cjk_voiced(a: str, b: str) -> bool:
+    """b is a's passive made active, agent and patient kept: X被YV -> YVX or Y把XV (腾讯收购京东 / 京东被腾讯
+    收购, 狗把猫咬了 / 猫被狗咬了), which the edit check reads as words added. Only the exact active text
+    counts, so 猫被狗咬 / 猫咬狗 is still compared as usual. Terms of one to four characters."""
+    if a.count("被") != 1 or "被" in b:
+        return False
+    k = a.index("被")
+    for i in range(max(0, k - 4), k):
+        head, x = a[:i], a[i:k]
+        for j in range(k + 2, min(len(a), k + 5) + 1):
+            y, rest = a[k + 1:j], a[j:]
+            for n in range(1, min(4, len(rest)) + 1):
+                verb, tail = rest[:n], rest[n:]
+                if b in (head + y + verb + x + tail, head + y + "把" + x + verb + tail):
+                    return True
     return False
 
 

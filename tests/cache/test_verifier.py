@@ -119,6 +119,7 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("儿子打了父亲犯法吗？", "父亲打儿子犯法吗", "order"),
     # the exchange in one clause while another clause names a party otherwise
     ("我把钱借给朋友，他不还怎么办", "朋友把钱借给我，我不还怎么办", "order"),
+    ("猫被狗咬了怎么办？", "狗被猫咬了怎么办", "order"),  # the passive kept, its parties exchanged
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -197,6 +198,9 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("What is the second largest city in Texas?", "Texas's second biggest city?"),  # the same ranked noun
     ("小明把小红推倒了，谁该道歉？", "小红被小明推倒了，该谁道歉"),  # a passive keeps the roles
     ("上周我把车借给同事，他把车撞了谁负责", "我上周把车借给同事，他把车撞了，谁负责"),  # clause by clause, no exchange
+    # a Chinese passive made active (SVO or 把), agent and patient kept
+    ("腾讯收购了京东吗？", "京东被腾讯收购了吗"),
+    ("猫被狗咬了怎么办？", "狗把猫咬了怎么办"),
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
