@@ -623,7 +623,7 @@ def _owned_pairs(text: str) -> frozenset[tuple[str, str]]:
              if x.lower() not in _WEAK and y.lower() not in _WEAK and x.lower() != y.lower()}
     # through the chain: in "my son's friend's teacher" the son is an owner of the teacher too, so that
     # "the son of my friend's teacher" reverses it however each text writes its chain
-    for _ in range(2 if len(owned) > 1 else 0):
+    for _ in range(2 if 1 < len(owned) <= _ORDER_MAX_TERMS else 0):  # quadratic: a question, not a hostile text
         owned |= {(x, z) for x, y in owned for y2, z in owned if y == y2 and x != z}
     return frozenset(owned)
 
