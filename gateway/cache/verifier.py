@@ -309,7 +309,30 @@ def _swapped(a: Facts, b: Facts, close: bool) -> bool:
                     continue
                 if "than" in between_a and "than" in between_b:
                     return True
-    return _roles_exchanged(a.order, b.order, close)
+    return _roles_exchanged(a.order, b.order, close) or _owners_exchanged(a.order, b.order, close)
+
+
+# Determiners that tell two mentions of one noun apart ("my child" / "another child"); "her" reads "she" here.
+_DETERMINERS = frozenset({"my", "your", "our", "their", "his", "she", "its", "another", "other", "this", "that"})
+
+
+def _owners_exchanged(sa: tuple[str, ...], sb: tuple[str, ...], close: bool) -> bool:
+    """_roles_exchanged with a repeated noun read with its determiner, so that the two mentions are two terms:
+    "my child bites another child" / "another child bites my child", "his dog chased my dog"."""
+    ta, tb = _determined(sa), _determined(sb)
+    return (ta != sa or tb != sb) and _roles_exchanged(ta, tb, close)
+
+
+def _determined(seq: tuple[str, ...]) -> tuple[str, ...]:
+    """The sequence with each determiner of a noun said more than once joined to it ("my child" -> "my_child")."""
+    counts = Counter(seq)
+    out: list[str] = []
+    for t in seq:
+        if out and counts[t] > 1 and out[-1] in _DETERMINERS and _party(t):
+            out[-1] = f"{out[-1]}_{t}"
+        else:
+            out.append(t)
+    return tuple(out)
 
 
 _ARTICLES = frozenset({"a", "an", "the"})

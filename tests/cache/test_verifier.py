@@ -120,6 +120,9 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     # the exchange in one clause while another clause names a party otherwise
     ("我把钱借给朋友，他不还怎么办", "朋友把钱借给我，我不还怎么办", "order"),
     ("猫被狗咬了怎么办？", "狗被猫咬了怎么办", "order"),  # the passive kept, its parties exchanged
+    # one noun said twice, its two mentions told apart by their determiners
+    ("What do I do if my child bites another child at daycare?",
+     "What do I do if another child bites my child at daycare?", "order"),
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -201,6 +204,7 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     # a Chinese passive made active (SVO or 把), agent and patient kept
     ("腾讯收购了京东吗？", "京东被腾讯收购了吗"),
     ("猫被狗咬了怎么办？", "狗把猫咬了怎么办"),
+    ("What do I do if my child bites another child at daycare?", "My child bit another child at daycare, what should I do?"),
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
