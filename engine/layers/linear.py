@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.cpu_kernels import gemv
+from engine.layers.cpu_kernels import gemv, gemv_weight_ok
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
-        self._kernel = kernel
+        self._kernel = kernel if kernel is not None and gemv_weight_ok(self.weight, self.bias) else None
         self._packed = None
         if pack:
             with torch.no_grad():
@@ -56,7 +56,7 @@ class PackedLinear(nn.Module):
         rows = x.shape[0] if x.dim() == 2 else 0
         bias = None if self.bias is None else self.bias.detach()
         if self._kernel is not None and 0 < rows <= GEMV_MAX_ROWS and not torch.is_grad_enabled():
-            return gemv(self._kernel, x.contiguous(), self.weight.detach(), bias)
+            return gemv(self._kernel, x.contiguous(), self.weight, bias, weight_checked=True)
         if self._packed is None or rows < MIN_PACKED_ROWS:
             return F.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, bias, "none", [], "")
