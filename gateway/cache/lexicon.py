@@ -240,6 +240,12 @@ EN_NEGATING_PREFIXES = ("non", "un", "in", "im", "ir", "il", "dis", "ab", "mal")
 # Words between two swapped terms that make the relation symmetric: "X and Y", "X vs Y", "between X and Y".
 EN_SYMMETRIC = frozenset({"and", "or", "vs", "versus", "v", "with", "between", "compare", "compared", "the",
                           "a", "an", "&", "plus", "nor", "both", "either", "neither"})
+# Predicates that hold both ways, written "X <word> with Y": "Does Spotify work with Alexa" asks what "Does Alexa
+# work with Spotify" does. "come with", "pay with", "replace with" are not.
+EN_RECIPROCAL = frozenset({
+    "compatible", "incompatible", "work", "interact", "connect", "pair", "sync", "mix", "match", "combine",
+    "clash", "conflict", "interfere", "interchangeable", "marry", "friends",
+})
 # Words that make the order of two terms matter: "from X to Y", "X than Y", "convert X into Y".
 EN_DIRECTIONAL = frozenset({"to", "from", "into", "than", "over", "under", "before", "after", "by", "for",
                             "onto", "towards", "toward", "then", "above", "below", "beat", "beats", "defeat",

@@ -346,6 +346,8 @@ def _joined(tokens: tuple[str, ...], first: int, between: tuple[str, ...]) -> bo
     of replacing is a direction."""
     if not between:
         return True
+    if _reciprocal(between):
+        return True
     if not all(w in lx.EN_SYMMETRIC for w in between) or all(w in _ARTICLES for w in between):
         return False
     return "with" not in between or not _REPLACING.intersection(tokens[max(0, first - 3):first])
@@ -571,7 +573,22 @@ _PERSONS = frozenset({"i", "we", "you", "he", "she", "they"})  # the parties of 
 def _symmetric(middle: tuple[str, ...]) -> bool:
     """Joints only, or a Chinese choice anywhere in the middle (红烧肉好吃还是糖醋排骨好吃)."""
     joined = "".join(middle)
-    return all(t in _ORDER_SYMMETRIC for t in middle) or joined in _ZH_JOINT_WORDS or bool(_ZH_CHOICE.search(joined))
+    return (all(t in _ORDER_SYMMETRIC for t in middle) or joined in _ZH_JOINT_WORDS or bool(_ZH_CHOICE.search(joined))
+            or _reciprocal(middle))
+
+
+# What may stand beside a reciprocal word in the middle: "is compatible with", "does ... work well with".
+_RECIPROCAL_FILLER = _AUXILIARIES | _BE | _ARTICLES | frozenset({"do", "does", "did", "well", "together", "get",
+                                                                "along", "fully", "not", "really"})
+
+
+def _reciprocal(middle: tuple[str, ...]) -> bool:
+    """A middle that is a predicate holding both ways: "X is compatible with Y", "X works with Y". The middle
+    ends in "with", so "pay X with Y" (the verb before X) is not one."""
+    if not 2 <= len(middle) <= 5 or middle[-1] != "with":
+        return False
+    core = [w for w in middle[:-1] if w not in _RECIPROCAL_FILLER]
+    return len(core) == 1 and (core[0] in lx.EN_RECIPROCAL or _stem(core[0]) in _RECIPROCAL_STEMS)
 
 
 def _possessor_moved(ta: tuple[str, ...], tb: tuple[str, ...], pos_a: dict[str, int], pos_b: dict[str, int],
@@ -1201,6 +1218,7 @@ def _canon(word: str) -> str:
 
 
 _SYNONYM_STEMS = {_stem(w): _stem(head) for w, head in lx.EN_SYNONYMS.items()}
+_RECIPROCAL_STEMS = frozenset(map(_stem, lx.EN_RECIPROCAL))
 
 
 def _weak(word: str) -> bool:

@@ -123,6 +123,7 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     # one noun said twice, its two mentions told apart by their determiners
     ("What do I do if my child bites another child at daycare?",
      "What do I do if another child bites my child at daycare?", "order"),
+    ("Does the charger come with the phone?", "Does the phone come with the charger?", "order"),  # "come with": one way
 ])
 def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> None:
     assert verify(a, b).reason == reason
@@ -205,6 +206,8 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("腾讯收购了京东吗？", "京东被腾讯收购了吗"),
     ("猫被狗咬了怎么办？", "狗把猫咬了怎么办"),
     ("What do I do if my child bites another child at daycare?", "My child bit another child at daycare, what should I do?"),
+    ("Does Spotify work with Alexa?", "Does Alexa work with Spotify?"),  # a predicate that holds both ways
+    ("Is Chrome fully compatible with Linux?", "Is Linux fully compatible with Chrome?"),
 ])
 def test_same_meaning_passes(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
