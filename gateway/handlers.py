@@ -1,4 +1,4 @@
-"""HTTP handlers: small functions over the app's state. Errors leave as OpenAI's envelope (see middleware)."""
+"""HTTP handlers: small functions over the app's state. Errors leave as OpenAI's envelope (see `envelope`)."""
 
 from __future__ import annotations
 
