@@ -85,12 +85,13 @@ def _head(version: str, status: int, headers: Any, framing: str) -> bytes:
 class FrontExchange(Exchange):
     """A request the front serves; its answer goes straight to the connection's transport."""
 
-    __slots__ = ("conn", "body", "version", "keep_alive", "chunked", "ended")
+    __slots__ = ("conn", "serve", "body", "version", "keep_alive", "chunked", "ended")
 
-    def __init__(self, conn: FrontConnection, path: str, headers: Headers, content_length: int | None,
+    def __init__(self, conn: FrontConnection, path: str, serve: Any, headers: Headers, content_length: int | None,
                  body: bytes, version: str, keep_alive: bool) -> None:
         super().__init__(conn.front.gateway, "POST", path, headers, content_length)
         self.conn = conn
+        self.serve = serve  # handlers.HOT_PATHS[path]
         self.body = body
         self.version = version
         self.keep_alive = keep_alive
@@ -161,6 +162,7 @@ class FrontConnection(asyncio.Protocol):
         self.reading_paused = False
         self.drain_waiter: asyncio.Future | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.max_line, self.max_field, self.max_headers = front.max_line, front.max_field, front.max_headers
         self._reset_request()
 
     def _reset_request(self) -> None:
@@ -168,7 +170,12 @@ class FrontConnection(asyncio.Protocol):
         self.headers = Headers()
         self.n_headers = 0
         self.body_parts: list[bytes] = []
-        self.request_end = 0  # where this request's bytes end in `raw`
+        # Known at the headers: the endpoint, where this request's bytes end in `raw`, and its framing.
+        self.hot: tuple[str, Any] = ("", None)
+        self.request_end = 0
+        self.content_length = 0
+        self.version = "1.1"
+        self.keep_alive = True
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -229,24 +236,25 @@ class FrontConnection(asyncio.Protocol):
     # ---- httptools callbacks -------------------------------------------------------------------------------
     def on_url(self, url: bytes) -> None:
         self.url += url
-        if len(self.url) > self.front.max_line:
+        if len(self.url) > self.max_line:
             raise _HandOver  # near the parser's limits: aiohttp's limits and its 400 envelope decide
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.n_headers += 1
-        if self.n_headers > self.front.max_headers or len(name) + len(value) + 2 > self.front.max_field:
+        if self.n_headers > self.max_headers or len(name) + len(value) + 2 > self.max_field:
             raise _HandOver
         dict.setdefault(self.headers, name.decode("latin-1").lower(), value.decode("utf-8", "surrogateescape"))
 
     def on_headers_complete(self) -> None:
         parser, headers = self.parser, self.headers
         hot = _HOT.get(self.url.partition(b"?")[0])
+        version = parser.get_http_version()
         if (hot is None or parser.get_method() != b"POST" or "transfer-encoding" in headers or "expect" in headers
-                or "upgrade" in headers or parser.get_http_version() not in ("1.1", "1.0")):
+                or "upgrade" in headers or version not in ("1.1", "1.0")):
             raise _HandOver
         length = headers.get("content-length")
-        content_length = int(length) if length is not None else None  # llhttp checked it is all digits
-        if (content_length or 0) > self.front.gateway.snapshot.policy.server.max_body_bytes:
+        content_length = int(length) if length is not None else 0  # llhttp checked it is all digits
+        if content_length > self.front.gateway.snapshot.policy.server.max_body_bytes:
             raise _HandOver  # aiohttp answers the 413 and reads the body away before closing (no reset)
         raw = self.raw
         start = 0
@@ -255,19 +263,21 @@ class FrontConnection(asyncio.Protocol):
         head_end = raw.find(b"\r\n\r\n", start)
         if head_end < 0 or not raw.startswith(b"POST ", start):
             raise _HandOver  # bare-LF lines or some such: not worth framing by hand
-        self.request_end = head_end + 4 + (content_length or 0)
+        self.hot = hot
+        self.request_end = head_end + 4 + content_length
+        self.content_length = content_length
+        self.version = version
+        self.keep_alive = version == "1.1" and parser.should_keep_alive()
         self._cancel_timer()
 
     def on_body(self, body: bytes) -> None:
         self.body_parts.append(body)
 
     def on_message_complete(self) -> None:
-        path, _ = _HOT[self.url.partition(b"?")[0]]
         parts = self.body_parts
-        version = self.parser.get_http_version()
-        ex = FrontExchange(self, path, self.headers, int(self.headers.get("content-length") or 0),
-                           parts[0] if len(parts) == 1 else b"".join(parts), version,
-                           self.parser.should_keep_alive() and version == "1.1")
+        path, serve = self.hot
+        ex = FrontExchange(self, path, serve, self.headers, self.content_length,
+                           parts[0] if len(parts) == 1 else b"".join(parts), self.version, self.keep_alive)
         del self.raw[:self.request_end]
         self._reset_request()
         if self.task is None:
@@ -281,7 +291,7 @@ class FrontConnection(asyncio.Protocol):
 
     async def _serve(self, ex: FrontExchange) -> None:
         try:
-            await envelope(ex, _HOT[ex.path.encode()][1])
+            await envelope(ex, ex.serve)
         except (asyncio.CancelledError, ConnectionResetError):  # the client went away (the envelope counted 499)
             if self.transport is not None:
                 self.transport.close()
