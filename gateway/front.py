@@ -162,6 +162,7 @@ class FrontConnection(asyncio.Protocol):
         self.reading_paused = False
         self.drain_waiter: asyncio.Future | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.idle_at: float | None = None  # when an idle connection closes; None: a request is arriving
         self.max_line, self.max_field, self.max_headers = front.max_line, front.max_field, front.max_headers
         self._reset_request()
 
@@ -194,7 +195,7 @@ class FrontConnection(asyncio.Protocol):
             if isinstance(e, httptools.HttpParserCallbackError) and not isinstance(e.__context__, _HandOver):
                 log.error("front: a parser callback failed; aiohttp takes the connection", exc_info=e.__context__)
             self.handing_over = True
-            self._cancel_timer()
+            self._drop_timer()
             if self.task is None:
                 self._hand_over()
             return
@@ -205,7 +206,7 @@ class FrontConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.front.connections.discard(self)
-        self._cancel_timer()
+        self._drop_timer()
         self.pending.clear()
         if self.task is not None:
             self.task.cancel()  # as aiohttp's handler_cancellation: an open upstream stream is closed
@@ -335,17 +336,30 @@ class FrontConnection(asyncio.Protocol):
     # ---- idle connections ----------------------------------------------------------------------------------
     def _arm_timer(self) -> None:
         """aiohttp's keep-alive rule: a connection whose next request's headers have not all arrived within
-        `server.header_timeout_s` (counted from the connection's start or its last answer) is closed."""
-        self._cancel_timer()
-        self.timer = self.loop.call_later(self.front.header_timeout, self._idle)
+        `server.header_timeout_s` (counted from the connection's start or its last answer) is closed.
+        Arming and disarming only move `idle_at`: the one timer of a busy connection is not cancelled and made
+        anew each request, it fires at the old time and sleeps again until the current `idle_at`."""
+        self.idle_at = self.loop.time() + self.front.header_timeout
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.idle_at, self._idle)
 
     def _cancel_timer(self) -> None:
+        self.idle_at = None
+
+    def _drop_timer(self) -> None:
+        self.idle_at = None
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
 
     def _idle(self) -> None:
         self.timer = None
+        idle_at = self.idle_at
+        if idle_at is None:
+            return  # a request is arriving or in flight: its answer arms the timer again
+        if self.loop.time() < idle_at:  # re-armed since this timer was set
+            self.timer = self.loop.call_at(idle_at, self._idle)
+            return
         if self.task is None and self.transport is not None:
             self.transport.close()
 

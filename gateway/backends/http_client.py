@@ -106,9 +106,14 @@ class Connection(asyncio.Protocol):
         self._inflated = 0  # decompressed bytes so far (-1: no compressed byte came yet)
         self._keep_alive = False
         self._bad: str | None = None  # why a callback stopped the parser
-        # One timer per exchange: at the first-byte deadline, which re-arms itself for the total deadline if
-        # the first byte came by then (so a request pays one call_at and one cancel, not two of each).
+        # One timer per connection, not per exchange: an exchange only sets its deadlines (`_armed`), and the
+        # timer, when it fires, checks the deadline that applies now: met (or no exchange), it sleeps again or
+        # ends; past, the exchange fails. A new exchange moves the timer only when its deadline comes earlier,
+        # so keep-alive requests with the same timeouts pay no call_at and no cancel each.
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when `_timer` fires
+        self._armed = False  # an exchange's deadlines apply
+        self._first_at = 0.0
         self._total_at = 0.0
         self._first_pending = False  # the first-byte deadline still applies
         self._first_until_body = False  # a stream: the first-byte deadline holds until `first_seen`
@@ -258,10 +263,17 @@ class Connection(asyncio.Protocol):
         self._total_at = total_at
         if first_at is not None and first_at < total_at:
             self._first_pending = True
-            self._timer = self._loop.call_at(first_at, self._expire, "first_byte")
+            self._first_at = due = first_at
         else:
             self._first_pending = False
-            self._timer = self._loop.call_at(total_at, self._expire, "total")
+            due = total_at
+        self._armed = True
+        timer = self._timer
+        if timer is None or self._timer_at > due:
+            if timer is not None:
+                timer.cancel()
+            self._timer_at = due
+            self._timer = self._loop.call_at(due, self._expire)
         self.transport.write(data)
 
     async def head(self) -> None:
@@ -352,22 +364,32 @@ class Connection(asyncio.Protocol):
         self._close()
         self._wake()
 
-    def _expire(self, phase: str) -> None:
+    def _expire(self) -> None:
         self._timer = None
-        if self.complete:
-            return
-        if phase == "first_byte" and not self._first_pending:  # met in time: on to the total deadline
-            self._timer = self._loop.call_at(self._total_at, self._expire, "total")
+        if not self._armed or self.complete:
+            return  # the exchange ended (the connection is idle, or serving one that re-armed the timer)
+        if self._first_pending:
+            phase, due = "first_byte", self._first_at
+        else:  # the first byte came in time (or there was no first-byte deadline): on to the total deadline
+            phase, due = "total", self._total_at
+        if self._loop.time() < due:  # set for an earlier exchange's deadline: sleep until this one's
+            self._timer_at = due
+            self._timer = self._loop.call_at(due, self._expire)
             return
         self._fail(TimedOut(phase))
 
     def _stop_timers(self) -> None:
+        """The exchange's deadlines no longer apply; the timer stays for the next exchange (see `_expire`)."""
+        self._armed = False
+
+    def _drop_timer(self) -> None:
+        self._armed = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def _close(self) -> None:
-        self._stop_timers()
+        self._drop_timer()
         if not self.closed:
             self.closed = True
             if self.transport is not None:

@@ -138,6 +138,21 @@ async def test_header_drip_hits_first_byte_and_body_drip_hits_total(raw) -> None
     assert e.value.reason == "timeout" and "total" in e.value.message
 
 
+async def test_deadlines_are_each_exchanges_own_on_a_reused_connection(raw) -> None:
+    """The connection's one timer, set for an earlier exchange, neither cuts a later one with longer timeouts
+    nor lets a later one with a shorter deadline run past it."""
+    slow = [b"HTTP/1.1 200 OK\r\n"] + [b"X-A: b\r\n"] * 20 + [b"Content-Length: 2\r\n\r\n{}"]  # ~0.4 s
+    rs, up = await raw(lambda c, r: [ok(), slow, ok(), slow][r])
+    short, long = Timeouts(connect=1, first_byte=0.2, total=0.3), Timeouts(connect=1, first_byte=5, total=10)
+    assert await chat(up, short) == orjson.loads(ANSWER)
+    assert await chat(up, long) == {}  # past the first exchange's deadlines
+    assert await chat(up, long) == orjson.loads(ANSWER)
+    with pytest.raises(BackendError) as e:
+        await chat(up, short)  # its first-byte deadline comes before the timer the long one left
+    assert e.value.reason == "timeout" and "headers" in e.value.message
+    assert rs.connections == 1
+
+
 async def test_framings_that_are_fine(raw) -> None:
     """Close-delimited, chunked, gzip, and an informational 103 before the answer all read back the same."""
     answers = [

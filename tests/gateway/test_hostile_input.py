@@ -240,3 +240,22 @@ def test_connections_whose_headers_never_finish_are_closed(fake_openai, serve_ga
     time.sleep(0)  # the gateway still serves
     assert httpx.post(srv.url + CHAT, json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]},
                       timeout=10).status_code == 200
+
+
+def test_idle_keep_alive_connections_close_after_their_last_answer(fake_openai, serve_gateway, tmp_path) -> None:
+    """The idle timer counts from each answer: a connection kept busy past header_timeout_s is served (its
+    first timer, from the connection's start, finds it re-armed), then closed once idle."""
+    _, up = fake_openai
+    srv = serve_gateway(policy(up.url, f"server: {{data_dir: '{tmp_path}', header_timeout_s: 0.3}}"))
+    host, port = srv.url.removeprefix("http://").split(":")
+    request = chat_request({"model": "fake-model", "messages": [{"role": "user", "content": "x"}]})
+    request = request.replace(b"Connection: close\r\n", b"")
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        for _ in range(4):  # 0.6 s of traffic: past the first timer's time
+            s.sendall(request)
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                answer += s.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+            time.sleep(0.15)
+        assert s.recv(1024) == b""  # idle: closed by the server, with no response
