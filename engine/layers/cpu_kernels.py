@@ -2,7 +2,7 @@
 
 Plain C through ctypes (no torch headers): builds in about a second, and where no compiler is found or the build
 fails, `load_library()` returns None and the engine keeps its pure-torch path. `paged_decode.c`: decode attention
-over the paged cache; `fused_ops.c`: RMSNorm with its residual add; `gemv.c`: small-M float32 linears (decode).
+over the paged cache; `fused_ops.c`: RMSNorm with its residual add; `gemv.c`: small-M float32 and int8-weight linears (decode).
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def load_library() -> ctypes.CDLL | None:
     lib.paged_decode_attention.argtypes = [ptr] * 7 + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
     lib.add_rms_norm.argtypes = [ptr] * 4 + [i64] * 2 + [ctypes.c_float, ctypes.c_int]
     lib.gemv_f32.argtypes = [ptr] * 4 + [i64] * 3 + [ctypes.c_int]
-    for fn in (lib.paged_decode_attention, lib.add_rms_norm, lib.gemv_f32):
+    lib.gemv_i8.argtypes = [ptr] * 5 + [i64] * 3 + [ctypes.c_int]
+    for fn in (lib.paged_decode_attention, lib.add_rms_norm, lib.gemv_f32, lib.gemv_i8):
         fn.restype = None
     return lib
 
@@ -192,3 +193,27 @@ def gemv_weight_ok(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether `gemv` takes this weight and bias: float32 CPU contiguous, weight 2-D, bias one per row."""
     return (weight.dim() == 2 and is_cpu_float32(weight, *([] if bias is None else [bias]))
             and (bias is None or bias.shape == (weight.shape[0],)))
+
+
+def gemv_int8(lib: ctypes.CDLL, x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+              bias: torch.Tensor | None = None, weight_checked: bool = False) -> torch.Tensor:
+    """`F.linear(x, qweight * scale[:, None], bias)` for a few rows of x, without building the float weight:
+    x [M, K] float32, qweight [N, K] int8, scale and bias [N] float32, CPU, contiguous. `weight_checked` as for
+    `gemv` (the layer checks qweight, scale and bias once at load with `gemv_int8_weight_ok`)."""
+    m, k = x.shape
+    x_ok = x.dtype == torch.float32 and x.is_cpu and x.is_contiguous() and qweight.dim() == 2 and qweight.shape[1] == k
+    if not (x_ok and (weight_checked or gemv_int8_weight_ok(qweight, scale, bias))):
+        raise ValueError(f"gemv_int8: bad inputs (x {tuple(x.shape)} {x.dtype}, weight {tuple(qweight.shape)} "
+                         f"{qweight.dtype}, scale {tuple(scale.shape)} {scale.dtype})")
+    out = torch.empty((m, qweight.shape[0]), dtype=torch.float32)
+    lib.gemv_i8(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), None if bias is None else bias.data_ptr(),
+                out.data_ptr(), m, qweight.shape[0], k, torch.get_num_threads())
+    return out
+
+
+def gemv_int8_weight_ok(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether `gemv_int8` takes these: int8 CPU contiguous 2-D weight, float32 scale (and bias) one per row."""
+    n = qweight.shape[0] if qweight.dim() == 2 else -1
+    return (qweight.dim() == 2 and qweight.dtype == torch.int8 and qweight.is_cpu and qweight.is_contiguous()
+            and is_cpu_float32(scale, *([] if bias is None else [bias])) and scale.shape == (n,)
+            and (bias is None or bias.shape == (n,)))

@@ -90,3 +90,79 @@ void gemv_f32(const float *x, const float *w, const float *bias, float *y, int64
     if (n % NT)
         tail_rows(x, w + tiles * NT * k, bias != NULL ? bias + tiles * NT : NULL, y + tiles * NT, m, k, n, n % NT);
 }
+
+/* int8 weights (`--quantization int8`): y[m, n] = (x[m, :] . q[n, :]) * scale[n] (+ bias[n]), q [N, K] int8
+   row-major, x float32. The same tiling, threads and prefetch as gemv_f32, a quarter of the bytes streamed: each
+   8 weights are widened int8 -> int32 -> float (vpmovsxbd, vcvtdq2ps) and multiplied in float32 with x, so the
+   result is the dequantised weight times x to float rounding (activations are not quantised). The per-channel
+   scale is applied once per output, after the sum. */
+typedef signed char i8x8 __attribute__((vector_size(8)));
+
+static inline vec8 load8_i8(const int8_t *p) {
+    i8x8 v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, vec8);
+}
+
+static inline __attribute__((always_inline)) void tile_i8(const float *x, const int8_t *w, const float *scale,
+                                                          const float *bias, float *y, int64_t k, int64_t ldy,
+                                                          const int8_t *prefetch, const int mt) {
+    vec8 acc[MAX_MT][NT];
+    for (int i = 0; i < mt; i++)
+        for (int j = 0; j < NT; j++) acc[i][j] = (vec8){0};
+    const int64_t body = k - k % 16;
+    for (int64_t kk = 0; kk < body; kk += 16) {
+        /* the next tile's NT * K bytes, one 64-byte line per 16 k (NT * 16 bytes): all requested by the end */
+        if (prefetch != NULL) __builtin_prefetch(prefetch + kk * NT, 0, 0);
+        for (int h = 0; h < 16; h += 8) {
+            vec8 wv[NT];
+            for (int j = 0; j < NT; j++) wv[j] = load8_i8(w + j * k + kk + h);
+            for (int i = 0; i < mt; i++) {
+                const vec8 xv = load8(x + i * k + kk + h);
+                for (int j = 0; j < NT; j++) acc[i][j] += xv * wv[j];
+            }
+        }
+    }
+    for (int i = 0; i < mt; i++)
+        for (int j = 0; j < NT; j++) {
+            float s = hsum8(acc[i][j]);
+            for (int64_t kk = body; kk < k; kk++) s += x[i * k + kk] * (float)w[j * k + kk];
+            s *= scale[j];
+            y[i * ldy + j] = bias != NULL ? s + bias[j] : s;
+        }
+}
+
+static void tail_rows_i8(const float *x, const int8_t *w, const float *scale, const float *bias, float *y,
+                         int64_t m, int64_t k, int64_t ldy, int64_t rows) {
+    for (int64_t j = 0; j < rows; j++)
+        for (int64_t i = 0; i < m; i++) {
+            vec8 acc = {0};
+            const int64_t body = k - k % 8;
+            for (int64_t kk = 0; kk < body; kk += 8) acc += load8(x + i * k + kk) * load8_i8(w + j * k + kk);
+            float s = hsum8(acc);
+            for (int64_t kk = body; kk < k; kk++) s += x[i * k + kk] * (float)w[j * k + kk];
+            s *= scale[j];
+            y[i * ldy + j] = bias != NULL ? s + bias[j] : s;
+        }
+}
+
+void gemv_i8(const float *x, const int8_t *w, const float *scale, const float *bias, float *y, int64_t m, int64_t n,
+             int64_t k, int num_threads) {
+    const int64_t tiles = n / NT;
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (n * k >= 4 * PARALLEL_MIN_FLOATS)
+    for (int64_t t = 0; t < tiles; t++) {
+        const int8_t *wt = w + t * NT * k;
+        const int8_t *next = t + 1 < tiles ? wt + NT * k : NULL;
+        const float *st = scale + t * NT;
+        const float *bt = bias != NULL ? bias + t * NT : NULL;
+        float *yt = y + t * NT;
+        int64_t i = 0;
+        for (; i + MAX_MT <= m; i += MAX_MT)
+            tile_i8(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, MAX_MT);
+        if (m - i == 2) tile_i8(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, 2);
+        if (m - i == 1) tile_i8(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, 1);
+    }
+    if (n % NT)
+        tail_rows_i8(x, w + tiles * NT * k, scale + tiles * NT, bias != NULL ? bias + tiles * NT : NULL,
+                     y + tiles * NT, m, k, n, n % NT);
+}

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.cpu_kernels import gemv, gemv_weight_ok
+from engine.layers.quant import Int8Linear
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,17 @@ class PackedLinear(nn.Module):
 
 def pack_linear_weights(model: nn.Module, pack: bool = True, kernel: ctypes.CDLL | None = None) -> int:
     """Replace every float32 nn.Linear of `model` with a PackedLinear (oneDNN's packed weights when `pack`, the
-    small-M C kernel when `kernel` is the loaded library); returns how many were replaced.
+    small-M C kernel when `kernel` is the loaded library, which int8 layers get too); returns how many float32
+    layers were replaced.
 
     The packing ops are torch-internal (`torch.ops.mkldnn`): a build without them, or one that refuses a shape,
     keeps the plain layers rather than failing to load the model."""
     if not pack and kernel is None:
         return 0
+    if kernel is not None:  # int8 layers (quantize_model ran first) get the C kernel's int8 form for few rows
+        for module in model.modules():
+            if isinstance(module, Int8Linear):
+                module.attach_kernel(kernel)
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

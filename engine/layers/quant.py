@@ -9,16 +9,26 @@ activations quantised to int8 per tensor on the fly (dynamic quantisation; `redu
 int16 accumulation pairs from saturating). Elsewhere (CUDA) the layer multiplies by the int8 weight cast to the
 activation dtype and scales the output per channel: correct and 4x smaller in memory, but no speed kernel (unrun
 on a GPU here).
+
+Decode (issue 12): inputs of up to GEMV_MAX_ROWS rows go, when the C kernel library loaded, to `gemv.c`'s
+int8 kernel instead (`attach_kernel`, called by `pack_linear_weights`): it streams the int8 weight once for all
+rows, widened to float in registers, with float32 activations, so it is both faster than fbgemm at a few rows and
+exact (the dequantised weight times x, to float rounding; fbgemm also rounds activations to int8).
 """
 
 from __future__ import annotations
 
+import ctypes
 import warnings
 
 import torch
 from torch import nn
 
 from engine.config import QUANTIZATIONS
+from engine.layers.cpu_kernels import gemv_int8, gemv_int8_weight_ok
+
+# bench/gemv.py --int8: the C kernel beats fbgemm's dynamic int8 linear at every decode shape up to this many rows
+GEMV_MAX_ROWS = 12
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,8 +61,21 @@ class Int8Linear(nn.Module):
             self.register_buffer("qweight", q, persistent=False)
             self.register_buffer("bias", bias, persistent=False)
         self.register_buffer("scale", scale, persistent=False)
+        self._bias = bias.contiguous() if bias is not None and self.device.type == "cpu" else None
+        self._kernel: ctypes.CDLL | None = None
+
+    def attach_kernel(self, lib: ctypes.CDLL) -> bool:
+        """Route inputs of up to GEMV_MAX_ROWS rows to the C int8 kernel of `lib`; False where it cannot take
+        this layer's weights (not CPU, or a float output dtype other than float32)."""
+        if self.out_dtype == torch.float32 and gemv_int8_weight_ok(self.qweight, self.scale, self._bias):
+            self._kernel = lib
+        return self._kernel is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0] if x.dim() == 2 else 0
+        if self._kernel is not None and 0 < rows <= GEMV_MAX_ROWS and not torch.is_grad_enabled():
+            return gemv_int8(self._kernel, x.float().contiguous(), self.qweight, self.scale, self._bias,
+                             weight_checked=True)
         if self.device.type == "cpu":
             return torch.ops.quantized.linear_dynamic(x.float(), self._packed, True).to(self.out_dtype)
         # x @ (q * s)^T == (x @ q^T) * s: the scale is per output channel, so it applies after the matmul

@@ -1,6 +1,7 @@
 """gemv.c, the small-M float32 kernel of the decode linears: agrees with F.linear to float rounding (tiles of
 three rows and their one/two-row remainders, a weight row count not a multiple of the 4-row tile, a K with a
-tail past the 16-float body, bias), refuses what it cannot take, and PackedLinear routes only few-row inputs to it."""
+tail past the 16-float body, bias), refuses what it cannot take, and PackedLinear routes only few-row inputs to it; its int8-weight form agrees with
+F.linear on the dequantised weight and Int8Linear routes only few-row inputs to it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.cpu_kernels import gemv, load_library
+from engine.layers.cpu_kernels import gemv, gemv_int8, load_library
 from engine.layers.linear import GEMV_MAX_ROWS, PackedLinear
+from engine.layers.quant import GEMV_MAX_ROWS as INT8_GEMV_MAX_ROWS
+from engine.layers.quant import Int8Linear, quantize_per_channel
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +62,43 @@ def test_packed_linear_uses_the_kernel_for_few_rows_only(lib) -> None:
     few, many = torch.randn(2, 40), torch.randn(GEMV_MAX_ROWS + 1, 40)
     assert torch.equal(layer(few), gemv(lib, few, linear.weight, linear.bias))
     assert torch.equal(layer(many), F.linear(many, linear.weight, linear.bias))
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 64), (2, 37, 40), (3, 8, 576), (5, 70, 23), (12, 96, 1536)])
+def test_gemv_int8_matches_dequantised_f_linear(lib, m: int, n: int, k: int) -> None:
+    torch.manual_seed(m * n + k)
+    x, b = torch.randn(m, k), torch.randn(n)
+    q, scale = quantize_per_channel(torch.randn(n, k))
+    dequantised = q.float() * scale[:, None]
+    torch.testing.assert_close(gemv_int8(lib, x, q, scale), F.linear(x, dequantised), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gemv_int8(lib, x, q, scale, b), F.linear(x, dequantised, b), rtol=1e-5, atol=1e-4)
+
+
+def test_gemv_int8_refuses_inputs_it_cannot_take(lib) -> None:
+    x = torch.randn(2, 8)
+    q, scale = quantize_per_channel(torch.randn(4, 8))
+    for args in ((x, q[:, :7].contiguous(), scale),  # K differs
+                 (x, q.float(), scale),  # weight not int8
+                 (x, q.t().contiguous().t(), scale),  # weight not contiguous
+                 (x.double(), q, scale),  # x not float32
+                 (x, q, scale[:3]),  # scale of another length
+                 (x, q, scale, torch.randn(5))):  # bias of another length
+        with pytest.raises(ValueError):
+            gemv_int8(lib, *args)
+
+
+@torch.inference_mode()
+def test_int8_linear_uses_the_kernel_for_few_rows_only(lib) -> None:
+    torch.manual_seed(0)
+    layer = Int8Linear(nn.Linear(40, 24))
+    assert layer.attach_kernel(lib)
+    dequantised = layer.dequantize()
+    for rows in (1, INT8_GEMV_MAX_ROWS):  # float activations: the dequantised weight times x, to float rounding
+        x = torch.randn(rows, 40)
+        torch.testing.assert_close(layer(x), F.linear(x, dequantised, layer._bias), rtol=1e-5, atol=1e-5)
+    # more rows: fbgemm's path (activations rounded to int8), bitwise what it gives without the kernel
+    many = torch.randn(INT8_GEMV_MAX_ROWS + 1, 40)
+    fbgemm = layer(many)
+    layer._kernel = None
+    assert torch.equal(fbgemm, layer(many))
+    assert not torch.equal(fbgemm, F.linear(many, dequantised, layer._bias))
