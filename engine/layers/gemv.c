@@ -96,13 +96,23 @@ void gemv_f32(const float *x, const float *w, const float *bias, float *y, int64
    8 weights are widened int8 -> int32 -> float (vpmovsxbd, vcvtdq2ps) and multiplied in float32 with x, so the
    result is the dequantised weight times x to float rounding (activations are not quantised). The per-channel
    scale is applied once per output, after the sum. */
+#ifdef __AVX2__
+#include <immintrin.h>
+/* GCC spells the generic int8 -> float vector conversion as 8 scalar ones (2x slower than fp32 end to end):
+   AVX2's sign-extend and convert instead */
+static inline vec8 load8_i8(const int8_t *p) {
+    int64_t bits;
+    memcpy(&bits, p, sizeof bits);
+    return (vec8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bits)));
+}
+#else
 typedef signed char i8x8 __attribute__((vector_size(8)));
-
 static inline vec8 load8_i8(const int8_t *p) {
     i8x8 v;
     memcpy(&v, p, sizeof v);
     return __builtin_convertvector(v, vec8);
 }
+#endif
 
 static inline __attribute__((always_inline)) void tile_i8(const float *x, const int8_t *w, const float *scale,
                                                           const float *bias, float *y, int64_t k, int64_t ldy,
