@@ -365,6 +365,24 @@ def failure_file(int8_target: Path) -> Path:
     return int8_target.with_suffix(".failed")
 
 
+LOCK_WAIT_S = 300.0  # making both graphs takes 15-25 s; a holder this late is stopped or hung
+
+
+def _wait_for_lock(fd: int, lock_path: Path) -> None:
+    """Take the lock, polling; after LOCK_WAIT_S make the graphs without it (they are written by atomic rename,
+    so two makers cost time, never a torn file), rather than keep this worker unready behind a stuck holder."""
+    import fcntl
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.2)
+    raise OSError(f"{lock_path} held for over {LOCK_WAIT_S:.0f} s")
+
+
 @contextlib.contextmanager
 def build_lock(fp32_target: Path) -> Iterator[None]:
     """Held while this process makes the graphs of one key: gateway workers starting together make them once,
@@ -386,7 +404,7 @@ def build_lock(fp32_target: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("semantic cache: another process is making the ONNX graphs (%s); waiting for it", lock_path)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_for_lock(fd, lock_path)
     except (ImportError, OSError) as e:
         log.debug("semantic cache: making the ONNX graphs without a lock (%s)", e)
         if fd is not None:
@@ -490,12 +508,20 @@ def _make(path: Path, tokens: WordPieces, targets: tuple[Path, Path], precision:
             raise RuntimeError(f"int8 graph strays from the fp32 one (cosine {agreement:.4f})")
     except Exception as e:  # an ONNX Runtime whose quantizer does not know this graph: fp32 is right, slower
         log.warning("semantic cache: no int8 graph (%s); embedding with fp32 weights", e)
-        if not isinstance(e, OSError | MemoryError):  # those may pass (a full disk, a busy machine): try again
+        if not _may_pass(e):
             _keep(failure_file(int8_target), orjson.dumps({"error": f"{type(e).__name__}: {e}",
                                                            "toolchain": toolchain(), "at": time.time()}))
         return _run_session(fp32), "fp32"
     _keep(int8_target, int8_graph)
     return int8, "int8"
+
+
+def _may_pass(e: Exception) -> bool:
+    """A failure of the machine, not of the toolchain (a full disk, short memory): not remembered, the next start
+    tries again. ONNX Runtime reports an allocation failure as its own exception (\"Arena alloc failed\",
+    bad_alloc), not as MemoryError, so its text is read too."""
+    text = str(e).lower()
+    return isinstance(e, OSError | MemoryError) or "alloc" in text or "memory" in text
 
 
 def _say_failed_before(int8_target: Path) -> None:

@@ -408,6 +408,8 @@ class SemanticCache:
             _tenant, _model, ns = orjson.loads(member)
             ids = [_text(i) for i in await self._redis.zrangebyscore(ks.semantic_index(ns), now, "+inf")]
             for start in range(0, len(ids), LOAD_CHUNK):
+                if self._stop.is_set():  # close() came, and its cancel may have been lost (see close())
+                    return last_id
                 chunk = ids[start:start + LOAD_CHUNK]
                 pipe = self._redis.pipeline(transaction=False)
                 for eid in chunk:
@@ -532,8 +534,9 @@ def _stream_events(reply: Any) -> list[tuple[Any, dict[str, Any]]]:
     events = []
     for _stream, entries in streams:
         for event_id, flat in entries:
-            if flat:  # an entry trimmed away while being read comes back without fields
-                events.append((event_id, {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
+            # An entry trimmed away while being read comes back without fields: kept (as no event) so the
+            # follower still moves past its id instead of reading it again.
+            events.append((event_id, {_text(flat[i]): flat[i + 1] for i in range(0, len(flat or ()), 2)}))
     return events
 
 

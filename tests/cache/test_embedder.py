@@ -288,3 +288,16 @@ def test_unknown_backend_or_precision_is_refused() -> None:
         MiniLMEmbedder(backend="tensorrt")
     with pytest.raises(ValueError, match="int8 or fp32"):
         MiniLMEmbedder(precision="fp16")
+
+
+def test_a_quantization_short_of_memory_is_not_remembered(tmp_path: Path, monkeypatch, fp32) -> None:
+    """ONNX Runtime reports an allocation failure as its own exception, not MemoryError: the machine was short,
+    the toolchain is fine, so the next start tries int8 again."""
+    def short_of_memory(_: bytes) -> bytes:
+        raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Arena alloc failed")
+
+    monkeypatch.setattr(embedder_module, "quantized", short_of_memory)
+    with_fp32_export(tmp_path)
+    assert MiniLMEmbedder(directory=tmp_path).precision == "fp32"
+    int8_target = embedder_module.graph_file(tmp_path, model_dir(), "int8")
+    assert not embedder_module.failure_file(int8_target).exists()

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from gateway.cache import keyspace as ks
 from gateway.cache.embedder import DIM
-from gateway.cache.semantic import SemanticCache, cancel_and_wait
+from gateway.cache.semantic import SemanticCache, _stream_events, cancel_and_wait
 from gateway.cache.worker import SemanticWorker
 from gateway.metrics import Metrics
 from gateway.redis_client import create_redis
@@ -140,5 +140,41 @@ async def test_close_at_any_turn_after_an_event_leaves_nothing_behind(redis_url:
                 assert follower is not None and follower.done(), f"follower left running, closed {turns} turns in"
         assert "still running" not in caplog.text
         assert await blocked_xreads(redis, until=0) == 0
+    finally:
+        await redis.aclose()
+
+
+def test_an_entry_read_without_fields_still_moves_the_follower_past_it() -> None:
+    reply = [[b"events", [[b"1-0", []], [b"2-0", [b"op", b"purge", b"ns", b"n"]]]]]
+    assert [(i, f) for i, f in _stream_events(reply)] == [(b"1-0", {}), (b"2-0", {"op": b"purge", "ns": b"n"})]
+    assert _stream_events(None) == []
+
+
+async def test_the_start_up_load_stops_once_close_has_begun(redis_url: str, worker) -> None:
+    """close() sets the flag before it cancels: a load whose cancel was lost reads no further chunk."""
+    import time
+
+    import orjson
+
+    redis = await create_redis(redis_url, "single", 0.25)
+    try:
+        await redis.sadd(ks.NAMESPACES, orjson.dumps(["tenant", "model", "ns-load-stop"]))
+        await redis.zadd(ks.semantic_index("ns-load-stop"), {"e1": time.time() + 100})
+        metrics = Metrics()
+        cache = SemanticCache(redis, RedisGuard(metrics, "cache", 2.5), RedisGuard(metrics, "cache_store", 2.5),
+                              worker)
+        pipelines: list[object] = []
+        make_pipeline = redis.pipeline
+
+        def counted(*args, **kwargs):
+            pipelines.append(args)
+            return make_pipeline(*args, **kwargs)
+
+        redis.pipeline = counted  # type: ignore[method-assign]
+        await cache._load_all()
+        assert len(pipelines) == 1  # the namespace's chunk is read while open
+        cache._stop.set()
+        await cache._load_all()
+        assert len(pipelines) == 1  # and not once closing
     finally:
         await redis.aclose()
