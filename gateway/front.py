@@ -198,6 +198,11 @@ class FrontConnection(asyncio.Protocol):
             self._drop_timer()
             if self.task is None:
                 self._hand_over()
+            elif not self.reading_paused and self.transport is not None:
+                # aiohttp takes over once the request in flight is answered; until then read no further, or a
+                # client could pile up any amount of bytes here behind a long stream.
+                self.reading_paused = True
+                self.transport.pause_reading()
             return
         if self.pending and not self.reading_paused and self.transport is not None:
             self.reading_paused = True  # a request is waiting behind the one in flight: read no further
@@ -293,6 +298,10 @@ class FrontConnection(asyncio.Protocol):
     async def _serve(self, ex: FrontExchange) -> None:
         try:
             await envelope(ex, ex.serve)
+            if self.writing_paused:
+                # A client that pipelines and does not read: answer the next request (or read on) only once this
+                # answer has left, so the transport's buffer stays bounded, as aiohttp's write_eof() drains.
+                await self.drain()
         except (asyncio.CancelledError, ConnectionResetError):  # the client went away (the envelope counted 499)
             if self.transport is not None:
                 self.transport.close()

@@ -216,3 +216,74 @@ def test_client_gone_mid_stream_closes_the_upstream_and_counts_499(gw) -> None:
     while scrape(srv).get(key) != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert scrape(srv).get(key) == 1
+
+
+
+def send_until_blocked(sock: socket.socket, data: bytes) -> int:
+    """Send `data` without blocking, as far as the kernel takes it; the bytes sent."""
+    sock.setblocking(False)
+    sent = 0
+    try:
+        while sent < len(data):
+            sent += sock.send(data[sent:sent + (1 << 20)])
+    except BlockingIOError:
+        pass
+    finally:
+        sock.setblocking(True)
+    return sent
+
+
+def front_connections(srv) -> list:
+    """(reading paused, bytes buffered unparsed, bytes waiting to be written) of each front connection."""
+    async def look() -> list:
+        return [(c.reading_paused, len(c.raw), c.transport.get_write_buffer_size() if c.transport else 0)
+                for c in srv._front.connections]
+    return srv.call(look())
+
+
+def settled(srv) -> list:
+    """The front connections' state once it stops changing (polled up to 10 s)."""
+    state, deadline = front_connections(srv), time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        state, before = front_connections(srv), state
+        if state == before:
+            break
+    return state
+
+
+def test_bytes_behind_a_stream_for_aiohttp_are_not_read_until_it_ends(gw) -> None:
+    """A request for aiohttp pipelined behind a long stream, with a huge body: the front stops reading until the
+    stream is answered and aiohttp takes over, rather than buffer whatever the client sends."""
+    fake, srv = gw
+    fake.reply = " ".join(f"w{i}" for i in range(200))
+    fake.delay_per_chunk = 0.05
+    c = Client(srv.url)
+    try:
+        c.send(chat("long", stream=True) + b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n")
+        c._until(b"data: ")  # the stream is open
+        send_until_blocked(c.sock, b"x" * (64 << 20))
+        [(reading_paused, unparsed, _)] = settled(srv)
+        assert reading_paused and unparsed < 4 << 20
+    finally:
+        c.close()
+
+
+def test_a_client_that_pipelines_and_never_reads_is_not_answered_without_limit(gw) -> None:
+    """Cached chats pipelined by a client that reads nothing: the next is answered only once the last answer
+    has left, so what waits to be written stays bounded instead of growing with every request."""
+    _, srv = gw
+    body = orjson.dumps({"model": "cached", "n": 100, "temperature": 0, "messages": [{"role": "user", "content": "warm " * 40}]})
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    c = Client(srv.url)
+    try:
+        c.send(request)
+        status, _, answer_body, _ = c.response()
+        assert status == 200 and len(answer_body) > 10_000  # n=100: each answer is large
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        send_until_blocked(c.sock, request * 2000)  # 2,000 answers: over 20 MB if all were written
+        [(_, _, waiting)] = settled(srv)
+        assert waiting < 4 << 20
+    finally:
+        c.close()
