@@ -639,7 +639,7 @@ def _rank_heads(seq: tuple[str, ...]) -> dict[str, str]:
         j = i + 1
         while j < len(seq) and (seq[j].endswith("est") or seq[j] in ("most", "least")):
             j += 1
-        if j < len(seq):
+        if j < len(seq) and seq[j] not in _WEAK:  # "the third from the sun", "second in the world": no noun
             heads[t] = seq[j]
     return heads
 
@@ -652,18 +652,29 @@ _OWNED_OF = re.compile(r"\b([A-Za-z]+)\s+of\s+(?=(?:(?:the|a|an|my|your|his|her|
                        r"(?:[A-Za-z]+'s\s+)*([A-Za-z]+)\b(?!'))", re.IGNORECASE)
 
 
+_OWNER_CHAIN_MAX = 8  # a question's owner pairs are a few; 40 in a star grew to hundreds (ms per text)
+_OF_NAME = re.compile(r"(?:the\s+)?([A-Za-z]+)")
+
+
+def _title(m: re.Match, text: str) -> bool:
+    """"King of Spain's daughter": a capitalised "X of Y" is one name (the King of Spain owns the daughter),
+    not the chain reading "the teacher of my son's friend" (the friend's teacher)."""
+    after = _OF_NAME.match(text, m.end())
+    return m.group(1)[:1].isupper() and after is not None and after.group(1)[:1].isupper()
+
+
 def _owned_pairs(text: str) -> frozenset[tuple[str, str]]:
     """The (owner, owned) pairs of content words in a text, as stems. Function words and quantities ("what's",
     "one of", "kind of", "lot of") are no owners."""
     if "'" not in text and " of " not in text.lower():
         return frozenset()  # most questions: nothing owned, no regex run
     pairs = [(m.group(1), m.group(2)) for m in _OWNER_OF.finditer(text)]
-    pairs += [(m.group(2), m.group(1)) for m in _OWNED_OF.finditer(text)]
+    pairs += [(m.group(2), m.group(1)) for m in _OWNED_OF.finditer(text) if not _title(m, text)]
     owned = {(_stem(x.lower()), _stem(y.lower())) for x, y in pairs
              if x.lower() not in _WEAK and y.lower() not in _WEAK and x.lower() != y.lower()}
     # through the chain: in "my son's friend's teacher" the son is an owner of the teacher too, so that
     # "the son of my friend's teacher" reverses it however each text writes its chain
-    for _ in range(2 if 1 < len(owned) <= _ORDER_MAX_TERMS else 0):  # quadratic: a question, not a hostile text
+    for _ in range(2 if 1 < len(owned) <= _OWNER_CHAIN_MAX else 0):  # quadratic: a question, not a hostile text
         owned |= {(x, z) for x, y in owned for y2, z in owned if y == y2 and x != z}
     return frozenset(owned)
 
