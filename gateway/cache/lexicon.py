@@ -10,13 +10,16 @@ EN_NEGATIONS = frozenset({
     "havent", "hasnt", "hadnt", "wouldnt", "aint", "mustnt", "neednt", "mightnt", "shant",
 })
 
-# Verbs that negate the verb after their "to": "fails to pay" / "doesn't pay", "refused to return" / "did not
-# return", "forgot to attach" / "didn't attach". Without a "to" they are no negation ("fail the exam" is an
-# axis, "decline an offer" a synonym of "refuse an offer").
+# Verbs that negate the verb after their "to": "fails to pay" / "doesn't pay", "forgot to attach" / "didn't
+# attach", "failure to file" / "not filing". Without a "to" they are no negation ("fail the exam" is an axis).
 EN_NEGATING_VERBS = frozenset({
-    "fail", "fails", "failed", "failing", "refuse", "refuses", "refused", "refusing", "decline", "declines",
-    "declined", "declining", "neglect", "neglects", "neglected", "neglecting", "forget", "forgets", "forgot",
-    "forgotten", "forgetting",
+    "fail", "fails", "failed", "failing", "failure", "refusal", "neglect", "neglects", "neglected", "neglecting",
+    "forget", "forgets", "forgot", "forgotten", "forgetting",
+})
+# Verbs that negate with or without a "to": "decline overtime" asks what "refuse to work overtime" does. A
+# "decline to" before a number, a currency or an article is a fall ("shares declined to 1.2"), no negation.
+EN_REFUSING_VERBS = frozenset({
+    "refuse", "refuses", "refused", "refusing", "decline", "declines", "declined", "declining",
 })
 
 EN_NUMBER_WORDS: dict[str, float] = {
@@ -244,7 +247,7 @@ EN_SYMMETRIC = frozenset({"and", "or", "vs", "versus", "v", "with", "between", "
 # work with Spotify" does. "come with", "pay with", "replace with" are not.
 EN_RECIPROCAL = frozenset({
     "compatible", "incompatible", "work", "interact", "connect", "pair", "sync", "mix", "match", "combine",
-    "clash", "conflict", "interfere", "interchangeable", "marry", "friends",
+    "clash", "conflict", "interfere", "interchangeable", "marry", "friends", "live", "play", "fight", "argue",
 })
 # Words that make the order of two terms matter: "from X to Y", "X than Y", "convert X into Y".
 EN_DIRECTIONAL = frozenset({"to", "from", "into", "than", "over", "under", "before", "after", "by", "for",
@@ -351,15 +354,19 @@ for _group in _SYNONYM_GROUPS:
 # ---- Chinese -------------------------------------------------------------------------------------------------
 
 ZH_NEGATIONS = ("不", "没", "无", "非", "别", "未", "勿", "莫", "否")
-# Words without a negation character that negate what follows as 不 / 没 do: 公司拒绝支付 / 公司不给,
-# 缺乏维生素 / 没有维生素 (拒绝 is also the "allow" axis; the count is read before axis words are blanked).
-ZH_NEGATING_WORDS = ("拒绝", "缺乏", "缺少")
+# Characters without a negation character that negate what follows as 不 / 没 do: 公司拒绝支付 / 公司不给,
+# 缺钙 / 缺乏钙质 / 没有钙, 签证被拒了 / 签证被拒绝了 (拒绝 is also the "allow" axis; the count is read before
+# axis words are blanked). Counted one character each, so 缺 and 缺乏 are one negation.
+ZH_NEGATING_WORDS = ("缺", "拒")
+# Words with such a character that negate nothing (缺点 is a qualifier, not "lacks a point").
+ZH_NOT_NEGATING_WORDS = ("缺点", "缺陷", "抗拒")
 
 # Words that contain a negation character but negate nothing, taken out before counting.
 ZH_NOT_NEGATION = (
     "非常", "特别", "区别", "分别", "别人", "别的", "告别", "类别", "级别", "性别", "识别", "离别", "差别",
     "未来", "是否", "能否", "可否", "否则", "不错", "不过", "不仅", "不但", "不同", "不断", "不少", "无论",
     "无线", "无人机", "并且", "莫名", "不管", "毫无疑问", "无数", "非洲", "阿拉伯", "无锡", "没关系",
+    "必不可少", "不可或缺", "不可缺少",  # "indispensable": a double negation, which asserts
 )
 
 ZH_DIGITS: dict[str, int] = {

@@ -346,7 +346,7 @@ def _joined(tokens: tuple[str, ...], first: int, between: tuple[str, ...]) -> bo
     of replacing is a direction."""
     if not between:
         return True
-    if _reciprocal(between):
+    if _reciprocal(between, tokens[first + len(between) + 2:first + len(between) + 3]):
         return True
     if not all(w in lx.EN_SYMMETRIC for w in between) or all(w in _ARTICLES for w in between):
         return False
@@ -545,7 +545,8 @@ def _permuted(a: Facts, b: Facts) -> bool:
             if mb[:j] != y or x == y or not _term(y):
                 continue
             mid_a, mid_b = ma[i:len(ma) - j], mb[j:len(mb) - i]
-            if not mid_a or not mid_b or _symmetric(mid_a) or _symmetric(mid_b):
+            after = sa[len(sa) - end:len(sa) - end + 1] if end else ()  # what follows y in both texts
+            if not mid_a or not mid_b or _symmetric(mid_a, after) or _symmetric(mid_b, after):
                 continue
             if same_bag:
                 if mid_a == mid_b:
@@ -570,11 +571,12 @@ def _term(tokens: tuple[str, ...]) -> bool:
 _PERSONS = frozenset({"i", "we", "you", "he", "she", "they"})  # the parties of "I owe him" / "he owes me"
 
 
-def _symmetric(middle: tuple[str, ...]) -> bool:
-    """Joints only, or a Chinese choice anywhere in the middle (红烧肉好吃还是糖醋排骨好吃)."""
+def _symmetric(middle: tuple[str, ...], after: tuple[str, ...]) -> bool:
+    """Joints only, or a Chinese choice anywhere in the middle (红烧肉好吃还是糖醋排骨好吃), or a reciprocal
+    predicate (`after`: the token after the second term, if any)."""
     joined = "".join(middle)
     return (all(t in _ORDER_SYMMETRIC for t in middle) or joined in _ZH_JOINT_WORDS or bool(_ZH_CHOICE.search(joined))
-            or _reciprocal(middle))
+            or _reciprocal(middle, after))
 
 
 # What may stand beside a reciprocal word in the middle: "is compatible with", "does ... work well with".
@@ -582,10 +584,12 @@ _RECIPROCAL_FILLER = _AUXILIARIES | _BE | _ARTICLES | frozenset({"do", "does", "
                                                                 "along", "fully", "not", "really"})
 
 
-def _reciprocal(middle: tuple[str, ...]) -> bool:
+def _reciprocal(middle: tuple[str, ...], after: tuple[str, ...]) -> bool:
     """A middle that is a predicate holding both ways: "X is compatible with Y", "X works with Y". The middle
-    ends in "with", so "pay X with Y" (the verb before X) is not one."""
-    if not 2 <= len(middle) <= 5 or middle[-1] != "with":
+    ends in "with", so "pay X with Y" (the verb before X) is not one. The term after "with" must end its noun
+    phrase (`after`, the token that follows it, is none or a function word): in "Windows compatible with Mac
+    software" the term is "Mac software", and "Mac compatible with Windows software" asks another thing."""
+    if not 2 <= len(middle) <= 5 or middle[-1] != "with" or (after and after[0] not in _FUNCTION):
         return False
     core = [w for w in middle[:-1] if w not in _RECIPROCAL_FILLER]
     return len(core) == 1 and (core[0] in lx.EN_RECIPROCAL or _stem(core[0]) in _RECIPROCAL_STEMS)
@@ -1650,7 +1654,7 @@ def _english_facts(text: str) -> EnglishFacts:
             pending = []
             _unit(low, nxt, units)
         if (low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS)
-                or (low in lx.EN_NEGATING_VERBS and nxt == "to")):
+                or (low in lx.EN_NEGATING_VERBS and nxt == "to") or _refusing(lower, i)):
             negations += 1
         if tok[0].isdigit():
             numbers.extend((start, v) for v in _digits_value(tok))
@@ -1671,8 +1675,24 @@ def _english_facts(text: str) -> EnglishFacts:
     if pending:
         numbers.append((pending_at, _number_words_value(pending)))
     # "fails to pay" reads "not to pay" from here on: the same question as "doesn't pay", and no word added
-    lower = ["not" if w in lx.EN_NEGATING_VERBS and lower[i + 1:i + 2] == ["to"] else w for i, w in enumerate(lower)]
+    lower = ["not" if (w in lx.EN_NEGATING_VERBS and lower[i + 1:i + 2] == ["to"]) or _refusing(lower, i) else w
+             for i, w in enumerate(lower)]
     return negations, numbers, units, dates, entities, lower, qualifiers, _polar(lower), [s for _, s in tokens]
+
+
+_FALL_TO = frozenset({"a", "an", "the", "about", "around", "just", "only", "under", "below", "nearly", "almost",
+                      "roughly", "zero"}) | frozenset(lx.EN_NUMBER_WORDS)
+
+
+def _refusing(lower: list[str], i: int) -> bool:
+    """Whether lower[i] is a refuse / decline that negates: always, but for a "decline to" before a number, a
+    currency sign or an article, which reads "fell to" ("shares declined to 1.2", "decline to $150")."""
+    if lower[i] not in lx.EN_REFUSING_VERBS:
+        return False
+    if not lower[i].startswith("decl") or lower[i + 1:i + 2] != ["to"] or i + 2 >= len(lower):
+        return True
+    after = lower[i + 2]
+    return not (after in _FALL_TO or after[:1].isdigit() or after[:1] in "$€£¥")
 
 
 def _polar(words: list[str] | tuple[str, ...]) -> set[tuple[str, int]]:
@@ -1783,7 +1803,8 @@ ChineseFacts = tuple[int, list[tuple[int, float]], set[str], set[str], set[tuple
 def _chinese_facts(text: str) -> ChineseFacts:
     s = _A_NOT_A.sub(lambda m: m.group(1) + "※" * (len(m.group(0)) - 1), text)  # keeps positions
     s = _blank(s, lx.ZH_NOT_NEGATION)  # 非常, 特别, 未来, 是否 ... carry a negation character, negate nothing
-    negations = sum(s.count(w) for w in lx.ZH_NEGATING_WORDS)  # before 拒绝 is blanked as an axis word
+    negations = (sum(s.count(w) for w in lx.ZH_NEGATING_WORDS)  # before 拒绝 is blanked as an axis word
+                 - sum(s.count(w) for w in lx.ZH_NOT_NEGATING_WORDS))
     dates: set[str] = set()
     s = _take(s, lx.ZH_DATES, dates)
     qualifiers: set[str] = set()

@@ -309,3 +309,41 @@ def test_titles_and_ranks_of_no_noun_are_wording(a: str, b: str) -> None:
     """Review of the third pass: a capitalised "X of Y" is one name, not an owner chain; an ordinal before a
     function word ranks no noun, so it cannot have moved."""
     assert verify(semantic_text(b), semantic_text(a)).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("缺钙有什么症状", "缺乏钙质有什么症状"),
+    ("签证被拒了怎么办", "签证被拒绝了怎么办"),
+    ("为什么说水是生命不可缺少的", "为什么水对生命必不可少"),
+    ("Can an employee decline overtime?", "Can an employee refuse to work overtime?"),
+    ("Can my cat live with another cat?", "Can another cat live with my cat?"),
+    ("Is Windows compatible with Mac?", "Is Mac compatible with Windows?"),
+])
+def test_refusals_indispensables_and_reciprocals_are_wording(a: str, b: str) -> None:
+    """Review of the fourth pass: 缺 / 拒 alone negate as 缺乏 / 拒绝 do, 必不可少 / 不可缺少 assert; refuse and
+    decline negate with or without "to"; live / play / fight / argue with hold both ways."""
+    assert verify(semantic_text(b), semantic_text(a)).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("缺钙有什么症状", "钙有什么症状"),
+    ("这个产品的缺点是什么", "这个产品的优点是什么"),
+    ("Is Windows compatible with Mac software?", "Is Mac compatible with Windows software?"),
+])
+def test_lacks_falls_and_modified_reciprocal_terms_are_kept_apart(a: str, b: str) -> None:
+    """The other side of the same mends: 缺 still negates against a text without it, 缺点 is no negation but a
+    qualifier, and a term after "with" that modifies a noun makes the pair a swap."""
+    assert not verify(semantic_text(b), semantic_text(a)).ok
+
+
+@pytest.mark.parametrize(("text", "negated"), [
+    ("Why did the stock decline to 1.2?", False),
+    ("Why did rents decline to $150 a week?", False),
+    ("Why did sales decline to a record low?", False),
+    ("Can a witness decline to answer?", True),
+    ("Can I decline a jury summons?", True),
+    ("What is the penalty for failure to file taxes?", True),
+])
+def test_decline_to_a_figure_is_a_fall(text: str, negated: bool) -> None:
+    """"decline to" before a number, a currency or an article means "fell to"; elsewhere it refuses."""
+    assert facts(semantic_text(text)).negation_odd is negated
