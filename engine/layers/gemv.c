@@ -25,77 +25,13 @@ static inline float hsum8(vec8 v) {
 
 #define NT 4     /* weight rows per tile: one contiguous NT * K block of W */
 #define MAX_MT 3 /* x rows per tile: MT * NT accumulators + NT weight vectors fit AVX2's 16 registers */
-/* Threads only where the product is big enough to pay for waking them (every decode linear of a 135M model is). */
-#define PARALLEL_MIN_FLOATS 65536
+/* Threads only where the weights are big enough to pay for waking them (every decode linear of a 135M model is). */
+#define PARALLEL_MIN_BYTES 262144
 
-/* One tile: MT rows of x against NT rows of W starting at w, results into y (row stride ldy). `prefetch`, when
-   not NULL, is the next tile's W block (NT * K floats, contiguous): one cache line of it is requested per weight
-   row per 16 floats of k, so it is all in flight by the time this tile is done. Inlined with constant MT, the
-   accumulator arrays become registers. */
-static inline __attribute__((always_inline)) void tile(const float *x, const float *w, const float *bias, float *y,
-                                                       int64_t k, int64_t ldy, const float *prefetch, const int mt) {
-    vec8 acc[MAX_MT][NT];
-    for (int i = 0; i < mt; i++)
-        for (int j = 0; j < NT; j++) acc[i][j] = (vec8){0};
-    const int64_t body = k - k % 16;
-    for (int64_t kk = 0; kk < body; kk += 16) {
-        if (prefetch != NULL)
-            for (int j = 0; j < NT; j++) __builtin_prefetch(prefetch + (kk * NT) + j * 16, 0, 0);
-        for (int h = 0; h < 16; h += 8) {
-            vec8 wv[NT];
-            for (int j = 0; j < NT; j++) wv[j] = load8(w + j * k + kk + h);
-            for (int i = 0; i < mt; i++) {
-                const vec8 xv = load8(x + i * k + kk + h);
-                for (int j = 0; j < NT; j++) acc[i][j] += xv * wv[j];
-            }
-        }
-    }
-    for (int i = 0; i < mt; i++)
-        for (int j = 0; j < NT; j++) {
-            float s = hsum8(acc[i][j]);
-            for (int64_t kk = body; kk < k; kk++) s += x[i * k + kk] * w[j * k + kk];
-            y[i * ldy + j] = bias != NULL ? s + bias[j] : s;
-        }
-}
-
-/* The last N % NT weight rows, one at a time (no model shape here has any; kept exact and simple). */
-static void tail_rows(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t k,
-                      int64_t ldy, int64_t rows) {
-    for (int64_t j = 0; j < rows; j++)
-        for (int64_t i = 0; i < m; i++) {
-            vec8 acc = {0};
-            const int64_t body = k - k % 8;
-            for (int64_t kk = 0; kk < body; kk += 8) acc += load8(x + i * k + kk) * load8(w + j * k + kk);
-            float s = hsum8(acc);
-            for (int64_t kk = body; kk < k; kk++) s += x[i * k + kk] * w[j * k + kk];
-            y[i * ldy + j] = bias != NULL ? s + bias[j] : s;
-        }
-}
-
-void gemv_f32(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t n, int64_t k,
-              int num_threads) {
-    const int64_t tiles = n / NT;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (n * k >= PARALLEL_MIN_FLOATS)
-    for (int64_t t = 0; t < tiles; t++) {
-        const float *wt = w + t * NT * k;
-        const float *next = t + 1 < tiles ? wt + NT * k : NULL;
-        const float *bt = bias != NULL ? bias + t * NT : NULL;
-        float *yt = y + t * NT;
-        int64_t i = 0;
-        /* The first row group streams W from memory (and prefetches the next tile); the rest find it in L1. */
-        for (; i + MAX_MT <= m; i += MAX_MT) tile(x + i * k, wt, bt, yt + i * n, k, n, i == 0 ? next : NULL, MAX_MT);
-        if (m - i == 2) tile(x + i * k, wt, bt, yt + i * n, k, n, i == 0 ? next : NULL, 2);
-        if (m - i == 1) tile(x + i * k, wt, bt, yt + i * n, k, n, i == 0 ? next : NULL, 1);
-    }
-    if (n % NT)
-        tail_rows(x, w + tiles * NT * k, bias != NULL ? bias + tiles * NT : NULL, y + tiles * NT, m, k, n, n % NT);
-}
-
-/* int8 weights (`--quantization int8`): y[m, n] = (x[m, :] . q[n, :]) * scale[n] (+ bias[n]), q [N, K] int8
-   row-major, x float32. The same tiling, threads and prefetch as gemv_f32, a quarter of the bytes streamed: each
-   8 weights are widened int8 -> int32 -> float (vpmovsxbd, vcvtdq2ps) and multiplied in float32 with x, so the
-   result is the dequantised weight times x to float rounding (activations are not quantised). The per-channel
-   scale is applied once per output, after the sum. */
+/* Weights are float32 (wbytes 4) or int8 (wbytes 1, `--quantization int8`: widened to float in registers and
+   multiplied in float32 with x, so the result is the dequantised weight times x to float rounding; the
+   per-channel scale is applied once per output, after the sum). Every function below takes `wbytes` as a
+   constant from the two entry points, so each is compiled once per weight type with no branch left inside. */
 #ifdef __AVX2__
 #include <immintrin.h>
 /* GCC spells the generic int8 -> float vector conversion as 8 scalar ones (2x slower than fp32 end to end):
@@ -114,19 +50,41 @@ static inline vec8 load8_i8(const int8_t *p) {
 }
 #endif
 
-static inline __attribute__((always_inline)) void tile_i8(const float *x, const int8_t *w, const float *scale,
-                                                          const float *bias, float *y, int64_t k, int64_t ldy,
-                                                          const int8_t *prefetch, const int mt) {
+#define INLINE static inline __attribute__((always_inline))
+
+/* 8 weights from element i on, as floats */
+INLINE vec8 load_w(const void *w, int64_t i, const int wbytes) {
+    return wbytes == 4 ? load8((const float *)w + i) : load8_i8((const int8_t *)w + i);
+}
+
+INLINE float w_at(const void *w, int64_t i, const int wbytes) {
+    return wbytes == 4 ? ((const float *)w)[i] : (float)((const int8_t *)w)[i];
+}
+
+/* The sum of output (i, j) finished: the k tail, the scale (int8), the bias. */
+INLINE float finish(float s, const float *x, const void *w, const float *scale, const float *bias, int64_t k,
+                    int64_t body, int64_t i, int64_t j, const int wbytes) {
+    for (int64_t kk = body; kk < k; kk++) s += x[i * k + kk] * w_at(w, j * k + kk, wbytes);
+    if (scale != NULL) s *= scale[j];
+    return bias != NULL ? s + bias[j] : s;
+}
+
+/* One tile: MT rows of x against NT rows of W starting at w, results into y (row stride ldy). `prefetch`, when
+   not NULL, is the next tile's W block (NT * K weights, contiguous): one 64-byte line of it is requested per
+   16 weights of k per 4 bytes of weight, so it is all in flight by the time this tile is done. Inlined with
+   constant MT, the accumulator arrays become registers. */
+INLINE void tile(const float *x, const void *w, const float *scale, const float *bias, float *y, int64_t k,
+                 int64_t ldy, const char *prefetch, const int mt, const int wbytes) {
     vec8 acc[MAX_MT][NT];
     for (int i = 0; i < mt; i++)
         for (int j = 0; j < NT; j++) acc[i][j] = (vec8){0};
     const int64_t body = k - k % 16;
     for (int64_t kk = 0; kk < body; kk += 16) {
-        /* the next tile's NT * K bytes, one 64-byte line per 16 k (NT * 16 bytes): all requested by the end */
-        if (prefetch != NULL) __builtin_prefetch(prefetch + kk * NT, 0, 0);
+        if (prefetch != NULL)
+            for (int l = 0; l < wbytes; l++) __builtin_prefetch(prefetch + kk * NT * wbytes + l * 64, 0, 0);
         for (int h = 0; h < 16; h += 8) {
             vec8 wv[NT];
-            for (int j = 0; j < NT; j++) wv[j] = load8_i8(w + j * k + kk + h);
+            for (int j = 0; j < NT; j++) wv[j] = load_w(w, j * k + kk + h, wbytes);
             for (int i = 0; i < mt; i++) {
                 const vec8 xv = load8(x + i * k + kk + h);
                 for (int j = 0; j < NT; j++) acc[i][j] += xv * wv[j];
@@ -134,45 +92,62 @@ static inline __attribute__((always_inline)) void tile_i8(const float *x, const 
         }
     }
     for (int i = 0; i < mt; i++)
-        for (int j = 0; j < NT; j++) {
-            float s = hsum8(acc[i][j]);
-            for (int64_t kk = body; kk < k; kk++) s += x[i * k + kk] * (float)w[j * k + kk];
-            s *= scale[j];
-            y[i * ldy + j] = bias != NULL ? s + bias[j] : s;
-        }
+        for (int j = 0; j < NT; j++)
+            y[i * ldy + j] = finish(hsum8(acc[i][j]), x, w, scale, bias, k, body, i, j, wbytes);
 }
 
-static void tail_rows_i8(const float *x, const int8_t *w, const float *scale, const float *bias, float *y,
-                         int64_t m, int64_t k, int64_t ldy, int64_t rows) {
+/* The last N % NT weight rows, one at a time (no model shape here has any; kept exact and simple). */
+INLINE void tail_rows(const float *x, const void *w, const float *scale, const float *bias, float *y, int64_t m,
+                      int64_t k, int64_t ldy, int64_t rows, const int wbytes) {
+    const int64_t body = k - k % 8;
     for (int64_t j = 0; j < rows; j++)
         for (int64_t i = 0; i < m; i++) {
             vec8 acc = {0};
-            const int64_t body = k - k % 8;
-            for (int64_t kk = 0; kk < body; kk += 8) acc += load8(x + i * k + kk) * load8_i8(w + j * k + kk);
-            float s = hsum8(acc);
-            for (int64_t kk = body; kk < k; kk++) s += x[i * k + kk] * (float)w[j * k + kk];
-            s *= scale[j];
-            y[i * ldy + j] = bias != NULL ? s + bias[j] : s;
+            for (int64_t kk = 0; kk < body; kk += 8) acc += load8(x + i * k + kk) * load_w(w, j * k + kk, wbytes);
+            y[i * ldy + j] = finish(hsum8(acc), x, w, scale, bias, k, body, i, j, wbytes);
         }
 }
 
+/* Tile column t (NT weight rows) against every row of x. Called inside each entry point's parallel loop with a
+   literal wbytes: OpenMP outlines its loop body before inlining, so a loop written once here, around a runtime
+   wbytes, would keep the weight-type branch in the innermost loop. */
+INLINE void tile_column(const float *x, const void *w, const float *scale, const float *bias, float *y, int64_t m,
+                        int64_t n, int64_t k, int64_t t, int64_t tiles, const int wbytes) {
+    const char *wt = (const char *)w + t * NT * k * wbytes;
+    const char *next = t + 1 < tiles ? wt + NT * k * wbytes : NULL;
+    const float *st = scale != NULL ? scale + t * NT : NULL;
+    const float *bt = bias != NULL ? bias + t * NT : NULL;
+    float *yt = y + t * NT;
+    int64_t i = 0;
+    /* The first row group streams W from memory (and prefetches the next tile); the rest find it in L1. */
+    for (; i + MAX_MT <= m; i += MAX_MT)
+        tile(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, MAX_MT, wbytes);
+    if (m - i == 2) tile(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, 2, wbytes);
+    if (m - i == 1) tile(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, 1, wbytes);
+}
+
+/* The rows past the last whole tile. */
+INLINE void tail(const float *x, const void *w, const float *scale, const float *bias, float *y, int64_t m,
+                 int64_t n, int64_t k, const int wbytes) {
+    const int64_t done = n - n % NT;
+    if (done < n)
+        tail_rows(x, (const char *)w + done * k * wbytes, scale != NULL ? scale + done : NULL,
+                  bias != NULL ? bias + done : NULL, y + done, m, k, n, n - done, wbytes);
+}
+
+void gemv_f32(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t n, int64_t k,
+              int num_threads) {
+    const int64_t tiles = n / NT;
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (n * k * 4 >= PARALLEL_MIN_BYTES)
+    for (int64_t t = 0; t < tiles; t++) tile_column(x, w, NULL, bias, y, m, n, k, t, tiles, 4);
+    tail(x, w, NULL, bias, y, m, n, k, 4);
+}
+
+/* y[m, n] = (x[m, :] . q[n, :]) * scale[n] (+ bias[n]), q [N, K] int8 row-major: a quarter of the bytes streamed. */
 void gemv_i8(const float *x, const int8_t *w, const float *scale, const float *bias, float *y, int64_t m, int64_t n,
              int64_t k, int num_threads) {
     const int64_t tiles = n / NT;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (n * k >= 4 * PARALLEL_MIN_FLOATS)
-    for (int64_t t = 0; t < tiles; t++) {
-        const int8_t *wt = w + t * NT * k;
-        const int8_t *next = t + 1 < tiles ? wt + NT * k : NULL;
-        const float *st = scale + t * NT;
-        const float *bt = bias != NULL ? bias + t * NT : NULL;
-        float *yt = y + t * NT;
-        int64_t i = 0;
-        for (; i + MAX_MT <= m; i += MAX_MT)
-            tile_i8(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, MAX_MT);
-        if (m - i == 2) tile_i8(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, 2);
-        if (m - i == 1) tile_i8(x + i * k, wt, st, bt, yt + i * n, k, n, i == 0 ? next : NULL, 1);
-    }
-    if (n % NT)
-        tail_rows_i8(x, w + tiles * NT * k, scale + tiles * NT, bias != NULL ? bias + tiles * NT : NULL,
-                     y + tiles * NT, m, k, n, n % NT);
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (n * k >= PARALLEL_MIN_BYTES)
+    for (int64_t t = 0; t < tiles; t++) tile_column(x, w, scale, bias, y, m, n, k, t, tiles, 1);
+    tail(x, w, scale, bias, y, m, n, k, 1);
 }
