@@ -169,6 +169,20 @@ def paged_decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Ten
     return out
 
 
+GEMV_MAX_ROWS = 12  # bench/gemv.py: the fp32 kernel beats packed oneDNN at every decode shape up to 12 rows, not
+# at 16; the int8 kernel takes the same crossover (not measured on its own: bench/gemv.py has no int8 column)
+
+
+def few_rows(x: torch.Tensor) -> bool:
+    """An inference input of 1..GEMV_MAX_ROWS rows: what the small-M kernels are for."""
+    return x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_ROWS and not torch.is_grad_enabled()
+
+
+def _x_ok(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """x, checked on every call: float32 CPU contiguous [M, K] against a 2-D weight [N, K]."""
+    return is_cpu_float32(x) and x.dim() == 2 and weight.dim() == 2 and weight.shape[1] == x.shape[1]
+
+
 def gemv(lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          out: torch.Tensor | None = None, weight_checked: bool = False) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for a few rows of x (decode): x [M, K], weight [N, K], bias [N], float32 CPU,
@@ -177,8 +191,7 @@ def gemv(lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     check costs about as much as the call itself (~15 us of a decode step's 121 calls)."""
     m, k = x.shape
     n = weight.shape[0]
-    x_ok = x.dtype == torch.float32 and x.is_cpu and x.is_contiguous() and weight.shape[1] == k
-    if not (x_ok and (weight_checked or gemv_weight_ok(weight, bias))
+    if not (_x_ok(x, weight) and (weight_checked or gemv_weight_ok(weight, bias))
             and (out is None or (is_cpu_float32(out) and out.shape == (m, n)))):
         raise ValueError(f"gemv: bad inputs (x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} "
                          f"{weight.dtype}, out {None if out is None else tuple(out.shape)})")
@@ -201,8 +214,7 @@ def gemv_int8(lib: ctypes.CDLL, x: torch.Tensor, qweight: torch.Tensor, scale: t
     x [M, K] float32, qweight [N, K] int8, scale and bias [N] float32, CPU, contiguous. `weight_checked` as for
     `gemv` (the layer checks qweight, scale and bias once at load with `gemv_int8_weight_ok`)."""
     m, k = x.shape
-    x_ok = x.dtype == torch.float32 and x.is_cpu and x.is_contiguous() and qweight.dim() == 2 and qweight.shape[1] == k
-    if not (x_ok and (weight_checked or gemv_int8_weight_ok(qweight, scale, bias))):
+    if not (_x_ok(x, qweight) and (weight_checked or gemv_int8_weight_ok(qweight, scale, bias))):
         raise ValueError(f"gemv_int8: bad inputs (x {tuple(x.shape)} {x.dtype}, weight {tuple(qweight.shape)} "
                          f"{qweight.dtype}, scale {tuple(scale.shape)} {scale.dtype})")
     out = torch.empty((m, qweight.shape[0]), dtype=torch.float32)

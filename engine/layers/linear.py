@@ -23,14 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.cpu_kernels import gemv, gemv_weight_ok
+from engine.layers.cpu_kernels import few_rows, gemv, gemv_weight_ok
 from engine.layers.quant import Int8Linear
 
 log = logging.getLogger(__name__)
 
 MIN_PACKED_ROWS = 2  # below this, MKL's matrix-vector product is as fast and needs no per-shape set-up
 PACK_HINT_ROWS = 32  # oneDNN picks the packed layout for this many rows; every row count still works
-GEMV_MAX_ROWS = 12  # bench/gemv.py: the C kernel beats packed oneDNN at every decode shape up to 12 rows, not at 16
 
 
 def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -56,7 +55,7 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0] if x.dim() == 2 else 0
         bias = None if self.bias is None else self.bias.detach()
-        if self._kernel is not None and 0 < rows <= GEMV_MAX_ROWS and not torch.is_grad_enabled():
+        if self._kernel is not None and few_rows(x):
             return gemv(self._kernel, x.contiguous(), self.weight, bias, weight_checked=True)
         if self._packed is None or rows < MIN_PACKED_ROWS:
             return F.linear(x, self.weight, self.bias)
@@ -84,7 +83,10 @@ def pack_linear_weights(model: nn.Module, pack: bool = True, kernel: ctypes.CDLL
                     packed = PackedLinear(child, pack, kernel)
                 except (AttributeError, RuntimeError) as exc:
                     log.warning("oneDNN weight packing unavailable (%s): plain float32 linears", exc)
-                    return replaced
+                    if kernel is None:
+                        return replaced
+                    pack = False  # the C kernel needs no oneDNN: this layer and the rest keep it
+                    packed = PackedLinear(child, pack, kernel)
                 setattr(parent, name, packed)
                 replaced += 1
     return replaced

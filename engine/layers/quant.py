@@ -25,10 +25,7 @@ import torch
 from torch import nn
 
 from engine.config import QUANTIZATIONS
-from engine.layers.cpu_kernels import gemv_int8, gemv_int8_weight_ok
-
-# bench/gemv.py --int8: the C kernel beats fbgemm's dynamic int8 linear at every decode shape up to this many rows
-GEMV_MAX_ROWS = 12
+from engine.layers.cpu_kernels import few_rows, gemv_int8, gemv_int8_weight_ok
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,25 +53,22 @@ class Int8Linear(nn.Module):
                 qweight = torch._make_per_channel_quantized_tensor(
                     q, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0)
                 self._packed = torch.ops.quantized.linear_prepack(qweight, bias)
-            self.register_buffer("qweight", q, persistent=False)  # kept for dequantize()
-        else:
-            self.register_buffer("qweight", q, persistent=False)
-            self.register_buffer("bias", bias, persistent=False)
+        # on CPU kept for dequantize() and the C kernel (fbgemm holds its own packed copy)
+        self.register_buffer("qweight", q, persistent=False)
+        self.register_buffer("bias", bias, persistent=False)
         self.register_buffer("scale", scale, persistent=False)
-        self._bias = bias.contiguous() if bias is not None and self.device.type == "cpu" else None
         self._kernel: ctypes.CDLL | None = None
 
     def attach_kernel(self, lib: ctypes.CDLL) -> bool:
         """Route inputs of up to GEMV_MAX_ROWS rows to the C int8 kernel of `lib`; False where it cannot take
         this layer's weights (not CPU, or a float output dtype other than float32)."""
-        if self.out_dtype == torch.float32 and gemv_int8_weight_ok(self.qweight, self.scale, self._bias):
+        if self.out_dtype == torch.float32 and gemv_int8_weight_ok(self.qweight, self.scale, self.bias):
             self._kernel = lib
         return self._kernel is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.shape[0] if x.dim() == 2 else 0
-        if self._kernel is not None and 0 < rows <= GEMV_MAX_ROWS and not torch.is_grad_enabled():
-            return gemv_int8(self._kernel, x.float().contiguous(), self.qweight, self.scale, self._bias,
+        if self._kernel is not None and few_rows(x):
+            return gemv_int8(self._kernel, x.float().contiguous(), self.qweight, self.scale, self.bias,
                              weight_checked=True)
         if self.device.type == "cpu":
             return torch.ops.quantized.linear_dynamic(x.float(), self._packed, True).to(self.out_dtype)

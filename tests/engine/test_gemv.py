@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.cpu_kernels import gemv, gemv_int8, load_library
-from engine.layers.linear import GEMV_MAX_ROWS, PackedLinear
-from engine.layers.quant import GEMV_MAX_ROWS as INT8_GEMV_MAX_ROWS
+from engine.layers.cpu_kernels import GEMV_MAX_ROWS, gemv, gemv_int8, load_library
+from engine.layers.linear import PackedLinear
 from engine.layers.quant import Int8Linear, quantize_per_channel
 
 
@@ -61,6 +60,7 @@ def test_packed_linear_uses_the_kernel_for_few_rows_only(lib) -> None:
     # a kernel result is bitwise the kernel's, a larger batch bitwise MKL's: the routing itself is observable
     few, many = torch.randn(2, 40), torch.randn(GEMV_MAX_ROWS + 1, 40)
     assert torch.equal(layer(few), gemv(lib, few, linear.weight, linear.bias))
+    assert not torch.equal(layer(few), F.linear(few, linear.weight, linear.bias))  # the two sum orders differ
     assert torch.equal(layer(many), F.linear(many, linear.weight, linear.bias))
 
 
@@ -93,12 +93,12 @@ def test_int8_linear_uses_the_kernel_for_few_rows_only(lib) -> None:
     layer = Int8Linear(nn.Linear(40, 24))
     assert layer.attach_kernel(lib)
     dequantised = layer.dequantize()
-    for rows in (1, INT8_GEMV_MAX_ROWS):  # float activations: the dequantised weight times x, to float rounding
+    for rows in (1, GEMV_MAX_ROWS):  # float activations: the dequantised weight times x, to float rounding
         x = torch.randn(rows, 40)
-        torch.testing.assert_close(layer(x), F.linear(x, dequantised, layer._bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(layer(x), F.linear(x, dequantised, layer.bias), rtol=1e-5, atol=1e-5)
     # more rows: fbgemm's path (activations rounded to int8), bitwise what it gives without the kernel
-    many = torch.randn(INT8_GEMV_MAX_ROWS + 1, 40)
+    many = torch.randn(GEMV_MAX_ROWS + 1, 40)
     fbgemm = layer(many)
     layer._kernel = None
     assert torch.equal(fbgemm, layer(many))
-    assert not torch.equal(fbgemm, F.linear(many, dequantised, layer._bias))
+    assert not torch.equal(fbgemm, F.linear(many, dequantised, layer.bias))
