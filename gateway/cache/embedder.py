@@ -159,6 +159,7 @@ def torch_forward(path: Path, model: Any = None) -> Forward:
     return forward
 
 
+@functools.cache  # versions do not change under a running process; each graph_file() call asks
 def toolchain() -> str:
     """The versions of what makes the graphs: torch exports, onnx and ONNX Runtime's optimizer fuse, ONNX
     Runtime's quantizer quantizes. Part of the graphs' key, so an upgrade of any of them makes them again."""
@@ -471,17 +472,19 @@ def onnx_forward(path: Path, tokens: WordPieces, directory: Path | None = None,
 def _from_cache(targets: tuple[Path, Path], precision: str) -> tuple[Forward, str] | None:
     """The runner from kept graphs alone, or None where a graph has to be made first."""
     fp32_target, int8_target = targets
+    failed: str | None = None
     if precision == "int8":
         session = _cached_session(int8_target)
         if session is not None:
             return each_alone(_run_session(session)), "int8"
-        if _remembered_failure(int8_target) is None:
+        failed = _remembered_failure(int8_target)
+        if failed is None:
             return None  # to be quantized
     fp32 = _cached_session(fp32_target)
     if fp32 is None:
         return None
     if precision == "int8":
-        _say_failed_before(int8_target)
+        _say_failed_before(int8_target, failed)
     return _run_session(fp32), "fp32"
 
 
@@ -497,8 +500,8 @@ def _make(path: Path, tokens: WordPieces, targets: tuple[Path, Path], precision:
         graph = fp32_target.read_bytes()
     if precision == "fp32":
         return _run_session(fp32), "fp32"
-    if _remembered_failure(int8_target) is not None:
-        _say_failed_before(int8_target)
+    if (failed := _remembered_failure(int8_target)) is not None:
+        _say_failed_before(int8_target, failed)
         return _run_session(fp32), "fp32"
     try:
         int8_graph = quantized(graph)
@@ -524,9 +527,9 @@ def _may_pass(e: Exception) -> bool:
     return isinstance(e, OSError | MemoryError) or "alloc" in text or "memory" in text
 
 
-def _say_failed_before(int8_target: Path) -> None:
+def _say_failed_before(int8_target: Path, error: str | None) -> None:
     log.warning("semantic cache: the int8 graph could not be made before (%s; remembered in %s, delete it to "
-                "try again); embedding with fp32 weights", _remembered_failure(int8_target),
+                "try again); embedding with fp32 weights", error,
                 failure_file(int8_target))
 
 
