@@ -850,6 +850,8 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
         if _role_marked(sa, xa0, xa1, ya0) != _role_marked(sb, yb0, yb1, xb0):
             continue
         shared_relations = _relations(mid_a) & _relations(mid_b)
+        if not shared_relations:
+            continue  # both tests below need a relation the two middles share
         owner_a, owner_b = _owner(sa, ya1), _owner(sb, xb1)
         if shared_relations - {"to", "from"} and owner_a == owner_b:
             return True  # (安卓手机的通讯录怎么导到iPhone / iPhone怎么导入安卓手机的通讯录: the thing moved, not 安卓)
@@ -1640,6 +1642,7 @@ def _english_facts(text: str) -> EnglishFacts:
     qualifiers: set[str] = set()
     pending: list[str] = []  # a run of number words ("twenty five")
     pending_at = 0
+    negating_verbs: list[int] = []  # "fails to", "refused": read as "not" below
     for i, (tok, start) in enumerate(tokens):
         low = lower[i]
         prev = lower[i - 1] if i else ""
@@ -1653,8 +1656,10 @@ def _english_facts(text: str) -> EnglishFacts:
             numbers.append((pending_at, _number_words_value(pending)))
             pending = []
             _unit(low, nxt, units)
-        if (low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS)
-                or (low in lx.EN_NEGATING_VERBS and nxt == "to") or _refusing(lower, i)):
+        if (low in lx.EN_NEGATING_VERBS and nxt == "to") or _refusing(lower, i):
+            negating_verbs.append(i)
+            negations += 1
+        elif low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS):
             negations += 1
         if tok[0].isdigit():
             numbers.extend((start, v) for v in _digits_value(tok))
@@ -1675,8 +1680,8 @@ def _english_facts(text: str) -> EnglishFacts:
     if pending:
         numbers.append((pending_at, _number_words_value(pending)))
     # "fails to pay" reads "not to pay" from here on: the same question as "doesn't pay", and no word added
-    lower = ["not" if (w in lx.EN_NEGATING_VERBS and lower[i + 1:i + 2] == ["to"]) or _refusing(lower, i) else w
-             for i, w in enumerate(lower)]
+    for i in negating_verbs:
+        lower[i] = "not"
     return negations, numbers, units, dates, entities, lower, qualifiers, _polar(lower), [s for _, s in tokens]
 
 
