@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
-from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
 import httptools
 from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
 from gateway.appkeys import GATEWAY
@@ -61,22 +60,11 @@ class Headers(dict[str, str]):
         return isinstance(name, str) and dict.__contains__(self, name.lower())
 
 
-_date = [0, ""]
-
-
-def _date_header() -> str:
-    """`Date: ...\\r\\n`, formatted once a second."""
-    now = int(time.time())
-    if now != _date[0]:
-        _date[0], _date[1] = now, f"Date: {formatdate(now, usegmt=True)}\r\n"
-    return _date[1]  # type: ignore[return-value]
-
-
 def _head(version: str, status: int, headers: Any, framing: str) -> bytes:
     lines = [f"HTTP/{version} {status} {_REASONS.get(status, '')}\r\n"]
     lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
     lines.append(framing)
-    lines.append(_date_header())
+    lines.append(f"Date: {rfc822_formatted_time()}\r\n")  # aiohttp's own, formatted once a second
     lines.append(_SERVER)
     lines.append("\r\n")
     return "".join(lines).encode()
@@ -401,10 +389,6 @@ class Front:
     async def start(self, host: str | None = None, port: int | None = None, *, sock: Any = None) -> None:
         self.server = await self.loop.create_server(lambda: FrontConnection(self), host, port, sock=sock,
                                                     reuse_address=sock is None)
-
-    @property
-    def port(self) -> int:
-        return self.server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def close(self, grace: float) -> None:
         """Stop accepting; idle connections close now, busy ones after their answer, within `grace` seconds

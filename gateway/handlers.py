@@ -455,7 +455,9 @@ async def envelope_middleware(request: web.Request, handler: Any) -> web.StreamR
     ex = request[EXCHANGE] = AiohttpExchange(request)
 
     async def serve(ex: AiohttpExchange) -> None:
-        ex.adopt(await handler(request))
+        response = await handler(request)
+        if response is not ex.response:  # a plain aiohttp handler's; the generation endpoints' was adopted already
+            ex.adopt(response)
 
     await envelope(ex, serve)  # type: ignore[arg-type]
     return ex.response  # type: ignore[return-value]

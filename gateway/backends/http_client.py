@@ -111,7 +111,6 @@ class Connection(asyncio.Protocol):
         # ends; past, the exchange fails. A new exchange moves the timer only when its deadline comes earlier,
         # so keep-alive requests with the same timeouts pay no call_at and no cancel each.
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0  # when `_timer` fires
         self._armed = False  # an exchange's deadlines apply
         self._first_at = 0.0
         self._total_at = 0.0
@@ -269,10 +268,9 @@ class Connection(asyncio.Protocol):
             due = total_at
         self._armed = True
         timer = self._timer
-        if timer is None or self._timer_at > due:
+        if timer is None or timer.when() > due:
             if timer is not None:
                 timer.cancel()
-            self._timer_at = due
             self._timer = self._loop.call_at(due, self._expire)
         self.transport.write(data)
 
@@ -373,7 +371,6 @@ class Connection(asyncio.Protocol):
         else:  # the first byte came in time (or there was no first-byte deadline): on to the total deadline
             phase, due = "total", self._total_at
         if self._loop.time() < due:  # set for an earlier exchange's deadline: sleep until this one's
-            self._timer_at = due
             self._timer = self._loop.call_at(due, self._expire)
             return
         self._fail(TimedOut(phase))
