@@ -484,6 +484,18 @@ ZH_NEUTRAL = tuple(sorted((
     "一个", "哪里", "哪儿", "为什么", "为何", "方法", "步骤", "办法", "吗？", "给我", "列出", "推荐",
 ), key=len, reverse=True))
 
+# For the leading-topic check (verifier._cjk_topic_substituted): words that neither name a topic nor tell two
+# topics apart (what a question asks for, prepositions, modals, pronouns, degree words), taken out of the two
+# leading chunks before they are compared, so 几点可以入住 / 什么时候能办入住 keeps no topic of its own.
+ZH_TOPIC_NEUTRAL = tuple(sorted({*ZH_ASKS, "用", "把", "被", "给", "对于", "对", "坐", "去", "到", "从", "上", "里",
+                                 "中", "想", "就", "都", "也", "还", "再", "又", "这", "那", "些", "种", "个", "多",
+                                 "几", "哪", "该", "才", "很", "最", "请", "您", "他", "她", "它", "们", "咱", "可",
+                                 "以", "过", "着"}, key=len, reverse=True))
+# Characters a Chinese request starts with when it starts with its verb (申请退款, 查看容器, 修改密码, 吃头孢):
+# the verb is said many ways (申请 / 办理, 修改 / 更改, 吃 / 服用), so a leading chunk starting with one is
+# wording, not a topic put for another.
+ZH_VERB_START = frozenset("查申办修更改看想吃服用打找买卖开关做学写读下换退取存转交去来要求问入")
+
 # Named things of one class, any one of which can stand in a question where another stood ("read a file in
 # python" / "... in java", "pay with visa" / "... mastercard", 北京 / 上海). Users type them lower-case, so
 # capitalisation cannot find them; a text naming one member that the other text lacks while the other names
