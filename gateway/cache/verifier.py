@@ -857,6 +857,10 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
         if _role_marked(sa, xa0, xa1, ya0) != _role_marked(sb, yb0, yb1, xb0):
             continue
         shared_relations = _relations(mid_a) & _relations(mid_b)
+        if not shared_relations and _zh_verb_shared(sa[xa1:ya0], sb[yb1:xb0]):
+            # a verb written right against its object (丈夫能继承妻子的房产 / 妻子可以继承丈夫的房产): the trim
+            # above read 继承 as part of 妻子's word; a two-character word both whole middles have is the relation
+            shared_relations = {"verb"}
         if not shared_relations:
             continue  # both tests below need a relation the two middles share
         owner_a, owner_b = _owner(sa, ya1), _owner(sb, xb1)
@@ -867,6 +871,13 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
                 and not owner_a and not owner_b:
             return True
     return _zh_words_inverted(sa, sb)
+
+
+def _zh_verb_shared(mid_a: tuple[str, ...], mid_b: tuple[str, ...]) -> bool:
+    """Whether two untrimmed middles share a word of two Chinese content characters (继承, 转租)."""
+    grams = {mid_a[i] + mid_a[i + 1] for i in range(len(mid_a) - 1)
+             if _zh_content(mid_a[i]) and _zh_content(mid_a[i + 1])}
+    return any(mid_b[i] + mid_b[i + 1] in grams for i in range(len(mid_b) - 1))
 
 
 def _owner(seq: tuple[str, ...], end: int) -> bool:
@@ -1018,10 +1029,24 @@ def _asked(seq: tuple[str, ...], terms: dict[str, tuple[int, int]]) -> str | Non
 
 def _asked_swapped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
     """Both texts ask "how many" of one of two terms both name, and not of the same one: "How many
-    teaspoons make a tablespoon?" / "how many tablespoons in a teaspoon", 一公斤等于多少斤 / 一斤等于多少公斤."""
-    ta, tb = _inversion_terms(sa), _inversion_terms(sb)
-    xa, xb = _asked(sa, ta), _asked(sb, tb)
+    teaspoons make a tablespoon?" / "how many tablespoons in a teaspoon", 一公斤等于多少斤 / 一斤等于多少公斤.
+    Read in the clause that asks, so that a preamble naming both units (公斤和磅怎么换算，1公斤等于多少磅) does
+    not make them terms that occur twice."""
+    (xa, ta), (xb, tb) = _asking_clause(sa), _asking_clause(sb)
     return xa is not None and xb is not None and xa != xb and xa in tb and xb in ta
+
+
+def _asking_clause(seq: tuple[str, ...]) -> tuple[str | None, dict[str, tuple[int, int]]]:
+    """The term the first "how many" clause of a text counts, and that clause's terms."""
+    start = 0
+    for end in [i for i, u in enumerate(seq) if u == "|"] + [len(seq)]:
+        clause = seq[start:end]
+        terms = _inversion_terms(clause)
+        asked = _asked(clause, terms)
+        if asked is not None:
+            return asked, terms
+        start = end + 1
+    return None, {}
 
 
 _OWNERS = frozenset({"my", "your", "our", "his", "her", "their"})

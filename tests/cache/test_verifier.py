@@ -363,6 +363,10 @@ def test_decline_to_a_figure_is_a_fall(text: str, negated: bool) -> None:
     # a state or direction particle put for its converse
     ("Can I use my phone abroad with roaming on?", "Can I use my phone abroad with roaming off?", "order"),
     ("Should I leave the heating on at night?", "Should I leave the heating off at night?", "order"),
+    # a Chinese verb written right against its object, the parties exchanged around it
+    ("丈夫能继承妻子的房产吗？", "妻子可以继承丈夫的房子吗？", "order"),
+    # "how many" read in the clause that asks, past a preamble naming both units
+    ("公斤和磅怎么换算，1公斤等于多少磅？", "1磅等于多少公斤？", "order"),
 ])
 def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -381,6 +385,8 @@ def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("How do I centre a <div>?", "how to center a div"),
     ("How do I reset my password?", "How do you reset your password?"),
     ("Can you help me reset my password?", "help me reset my password"),
+    ("公斤和磅怎么换算，1公斤等于多少磅？", "1公斤是几磅"),
+    ("用黄油代替植物油可以吗？", "植物油能用黄油代替吗"),
 ])
 def test_dev3_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
