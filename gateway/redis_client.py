@@ -49,6 +49,8 @@ class ClusterClient(RedisCluster):
         task = self._init_task
         if task is None or task.done():
             task = self._init_task = asyncio.ensure_future(super().initialize(*args, **kwargs))
+            # Its waiters may all have given up (timeouts, cancels): its error is theirs, not the loop's to log.
+            task.add_done_callback(_retrieve)
         await asyncio.shield(task)
         return self
 
@@ -76,12 +78,23 @@ class ClusterClient(RedisCluster):
             await self.nodes_manager.initialize()
             if self.get_default_node() is None or self.get_default_node() not in self.get_primaries():
                 self.replace_default_node()
-        except (RedisError, OSError) as e:  # no node reachable yet: the next failure asks again
+        except (RedisError, RedisClusterException, OSError) as e:  # no node reachable yet: the next failure asks again
             log.debug("redis cluster: slot map refresh failed: %s", e)
 
     async def aclose(self) -> None:
+        """Close, also while an initialisation is still connecting: it is ended, not left running.
+
+        A shutdown that comes while an unreachable or slow cluster is being asked for its slot map would
+        otherwise return at once (redis-py closes only an initialised client) and leave the shielded
+        initialisation connecting until its socket timeout, its connections open and its error unread."""
         if self._refresh_task is not None:
             self._refresh_task.cancel()
+        init = self._init_task
+        if init is not None and not init.done():
+            await _end(init)
+        if self._initialize:  # never initialised, or the one that was ended: close what it had opened
+            await self.nodes_manager.aclose()
+            await self.nodes_manager.aclose("startup_nodes")
         await super().aclose()
 
 
@@ -118,9 +131,30 @@ async def create_redis(url: str, mode: str, timeout_s: float) -> aioredis.Redis:
     )
     try:  # the slot map now, so the first requests' breakers already know their nodes
         await asyncio.wait_for(client.initialize(), DETECT_TIMEOUT_S)
-    except (RedisError, OSError, TimeoutError) as e:  # commands initialise it later; the gateway serves meanwhile
+    # commands initialise it later; the gateway serves meanwhile (an unreachable cluster: RedisClusterException)
+    except (RedisError, RedisClusterException, OSError, TimeoutError) as e:
         log.warning("redis cluster at %s: no slot map yet (%s: %s)", _safe(url), type(e).__name__, e)
+    except BaseException:  # cancelled: the gateway is shutting down while it connects, so stop connecting
+        await client.aclose()
+        raise
     return client  # type: ignore[return-value]
+
+
+async def _end(task: asyncio.Future, turns: int = 100) -> None:
+    """Cancel `task` and wait until it has ended (at most `turns` tries of 10 ms). The cancel is repeated: on
+    Python 3.11 redis-py's write under asyncio.wait_for can swallow one (redis_guard._raise_lost_cancel), and
+    the next lands in the read that follows, which passes it on."""
+    for _ in range(turns):
+        task.cancel()
+        done, _pending = await asyncio.wait({task}, timeout=0.01)
+        if done:
+            return
+    log.warning("redis cluster: an initialisation did not end on cancel; not waiting for it")
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def scan_masters(redis: Any, match: str) -> AsyncIterator[bytes]:

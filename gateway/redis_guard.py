@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.deadline import LoopTimeout
 from gateway.metrics import Metrics
@@ -98,7 +98,8 @@ class RedisGuard:
             async with LoopTimeout(self.timeout_s) as deadline:
                 result = await (op() if callable(op) else op)
             _raise_lost_cancel(task, cancelling, deadline)
-        except (TimeoutError, OSError, RedisError) as e:
+        # RedisClusterException: a cluster none of whose nodes answers its initialisation (not a RedisError)
+        except (TimeoutError, OSError, RedisError, RedisClusterException) as e:
             self._record_failure(node, breaker, e, probe)
             raise RedisUnavailable(f"{self.component}{_at(node)}: {type(e).__name__}: {e}") from e
         finally:

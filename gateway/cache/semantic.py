@@ -14,8 +14,9 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import orjson
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from gateway.redis_guard import RedisGuard
 
 log = logging.getLogger("gateway.cache")
+T = TypeVar("T")
 LOAD_CHUNK = 512
 FOLLOW_BLOCK_MS = 500  # below the client's 1 s socket timeout
 FOLLOW_COUNT = 1000  # events per XREAD
@@ -461,13 +463,34 @@ class SemanticCache:
         """One XREAD BLOCK after `last_id` on the follower's connection (opened first where there is none)."""
         conn = self._follow_conn
         if conn is None:
-            conn = self._follow_conn = await self._events_connection()
-            await conn.connect()
+            conn = self._follow_conn = await self._unless_closing(self._events_connection())
+            await self._unless_closing(conn.connect())
             if self._stop.is_set():  # close() came while it connected: it found nothing to close yet
                 raise RedisConnectionError("semantic cache closing")
         await conn.send_command("XREAD", "COUNT", FOLLOW_COUNT, "BLOCK", FOLLOW_BLOCK_MS, "STREAMS", ks.EVENTS,
                                 last_id)
         return _stream_events(await conn.read_response())
+
+    async def _unless_closing(self, step: Coroutine[Any, Any, T]) -> T:
+        """Run one connecting step of the follower, given up as soon as close() is called.
+
+        The follower is never cancelled (see close()), and close() can only close a connection that exists.
+        A connect, or a cluster's initialisation (ClusterClient.initialize), against an unreachable or slow
+        Redis would otherwise hold close() until its socket timeout (once per node for a cluster's slot map,
+        past CLOSE_WAIT_S). The step runs in a task of its own that is cancelled when close() comes first;
+        should that cancel be lost (see close()), the step only ends on its own timeout, waited for by no one."""
+        task = asyncio.ensure_future(step)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_retrieve)
+        if not task.done():
+            raise RedisConnectionError("semantic cache closing")
+        return task.result()
 
     async def _events_connection(self) -> AbstractConnection:
         """A new connection, like the client's own, to the server that holds the events stream. No retries:
@@ -538,6 +561,12 @@ def _stream_events(reply: Any) -> list[tuple[Any, dict[str, Any]]]:
             # follower still moves past its id instead of reading it again.
             events.append((event_id, {_text(flat[i]): flat[i + 1] for i in range(0, len(flat or ()), 2)}))
     return events
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """Read an abandoned task's outcome, so its error is not logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _disconnect(conn: AbstractConnection) -> None:
