@@ -69,7 +69,8 @@ class PairResult:
     pair: LabelledPair
     similarity: float
     verified: bool
-    reason: str | None  # the verifier's, when it turned the pair down
+    reason: str | None  # the verifier's, when it turned the pair down; "overflow" for a pair that does not fit
+    fits: bool = True  # both texts fit the embedding window (else never a semantic hit, never verified or judged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +130,16 @@ def similarities(pairs: Sequence[LabelledPair], encoder: Encoder, batch: int = 6
 
 def score(pairs: Sequence[LabelledPair], sims: np.ndarray, fits: Sequence[bool] | None = None) -> list[PairResult]:
     """The verifier's verdict on each pair (the new question as the query). A pair whose text does not fit
-    the embedding window (`fits[i]` False) is never a semantic hit in the gateway: scored as similarity 0."""
+    the embedding window (`fits[i]` False) is never a semantic hit in the gateway: scored as similarity 0, and
+    not verified. The gateway never verifies such a text either, and the verifier's cost grows faster than the
+    length (a 43k-character pair of common words ran past 300 s) for a verdict that could not count."""
     out = []
     for i, (pair, sim) in enumerate(zip(pairs, sims, strict=True)):
+        if fits is not None and not fits[i]:
+            out.append(PairResult(pair, 0.0, False, "overflow", fits=False))
+            continue
         verdict = verify(semantic_text(pair.b), semantic_text(pair.a))
-        similarity = float(sim) if fits is None or fits[i] else 0.0
-        out.append(PairResult(pair, similarity, verdict.ok, verdict.reason))
+        out.append(PairResult(pair, float(sim), verdict.ok, verdict.reason))
     return out
 
 
@@ -183,7 +188,7 @@ def sweep(results: Sequence[PairResult], thresholds: Sequence[float] = DEFAULT_T
     for th in thresholds:
         hit_same = hit_diff = 0
         for i, r in enumerate(results):
-            if use_verifier and not r.verified:
+            if not r.fits or (use_verifier and not r.verified):
                 continue
             if r.similarity >= th:
                 hit = True
@@ -210,10 +215,12 @@ def best(rows: Sequence[Row], max_wrong: float) -> Row | None:
 
 async def judge_pairs(results: Sequence[PairResult], judge: JudgeFn, judge_threshold: float,
                       top: float, use_verifier: bool = True) -> dict[int, bool]:
-    """Ask the judge about every pair (that the verifier passed) in the band the gateway would ask it about."""
+    """Ask the judge about every pair (that the verifier passed) in the band the gateway would ask it about;
+    never about a pair that does not fit the window, which the gateway never looks up (even were the band to
+    start at similarity 0)."""
     verdicts: dict[int, bool] = {}
     for i, r in enumerate(results):
-        if (r.verified or not use_verifier) and judge_threshold <= r.similarity < top:
+        if r.fits and (r.verified or not use_verifier) and judge_threshold <= r.similarity < top:
             answer = judge(semantic_text(r.pair.a), semantic_text(r.pair.b))
             if inspect.isawaitable(answer):
                 answer = await answer
