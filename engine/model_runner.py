@@ -197,22 +197,36 @@ class ModelRunner:
             meta = self._metadata(slots, decode_tables, decode_lens, prefills)
             ids = torch.tensor(input_ids, device=self.device)
             pos = torch.tensor(positions, device=self.device)
-            hidden = self.model(ids, pos, meta)
+            needed = sample_rows + spec_rows
+            if prefills and len(needed) < len(input_ids):
+                # a prefill chunk samples from its last row at most: the model's last layer runs past attention
+                # for the rows read below only, which then sit at 0..len(needed)-1 in that order
+                hidden = self.model(ids, pos, meta, torch.tensor(needed, dtype=torch.long, device=self.device))
+                sample_rows = list(range(len(sample_rows)))
+                spec_rows = list(range(len(sample_rows), len(needed)))
+            else:
+                hidden = self.model(ids, pos, meta)
         if not sample_rows and not spec:
             return None
         result = SampleResult([], [])
         if sample_rows:
-            logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(sample_rows, device=self.device)))
+            logits = self.model.compute_logits(self._rows(hidden, sample_rows))
             if masking:
                 assert self._masks is not None
                 self._masks.apply(logits)
             result = sample(logits, [s.params for s in sampled], [s.generator for s in sampled])
         if spec:
-            spec_logits = self.model.compute_logits(hidden.index_select(0, torch.tensor(spec_rows, device=self.device)))
+            spec_logits = self.model.compute_logits(self._rows(hidden, spec_rows))
             result.spec_token_ids = [
                 verify(spec_logits[first:first + len(s.draft_token_ids) + 1], s.draft_token_ids, s.params, s.generator)
                 for s, first in spec]
         return result
+
+    def _rows(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """hidden[rows]; all of hidden, uncopied, when rows are exactly its rows in order (a decode step)."""
+        if rows == list(range(hidden.shape[0])):
+            return hidden
+        return hidden.index_select(0, torch.tensor(rows, device=self.device))
 
     def _start_masks(self, sampled: list) -> bool:
         if self.grammar is None or not any(s.matcher is not None for s in sampled):

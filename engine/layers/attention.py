@@ -80,10 +80,12 @@ class TorchPagedAttention:
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-        k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+        k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, kv_stored: bool = False,
     ) -> torch.Tensor:
-        """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [Hkv, num_blocks, block_size, D]. Returns [T, Hq, D]."""
-        self.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [Hkv, num_blocks, block_size, D]. Returns [T, Hq, D].
+        kv_stored: the caller has written k and v at their slots already (the fused C pass)."""
+        if not kv_stored:
+            self.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         out = torch.empty_like(q)
         nd = meta.num_decodes
         if nd and self.decode_kernel is not None:

@@ -101,7 +101,8 @@ def load_library() -> ctypes.CDLL | None:
     lib.add_rms_norm.argtypes = [ptr] * 4 + [i64] * 2 + [ctypes.c_float, ctypes.c_int]
     lib.gemv_f32.argtypes = [ptr] * 4 + [i64] * 3 + [ctypes.c_int]
     lib.gemv_i8.argtypes = [ptr] * 5 + [i64] * 3 + [ctypes.c_int]
-    for fn in (lib.paged_decode_attention, lib.add_rms_norm, lib.gemv_f32, lib.gemv_i8):
+    lib.rope_store_kv.argtypes = [ptr] * 6 + [i64] * 5 + [ctypes.c_int]
+    for fn in (lib.paged_decode_attention, lib.add_rms_norm, lib.gemv_f32, lib.gemv_i8, lib.rope_store_kv):
         fn.restype = None
     return lib
 
@@ -121,6 +122,28 @@ def add_rms_norm(lib: ctypes.CDLL, residual: torch.Tensor, delta: torch.Tensor |
     lib.add_rms_norm(residual.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(),
                      out.data_ptr(), rows, dim, eps, torch.get_num_threads())
     return out
+
+
+def rope_store_kv(lib: ctypes.CDLL, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
+                  k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> None:
+    """Rotate q and k of `qkv` in place ([T, (num_heads + 2 * Hkv) * D], the fused projection's output; cos, sin
+    [T, D], each token's row) and store each token's k and v at its slot of the caches ([Hkv, blocks, block_size,
+    D]), as `apply_rotary` then `TorchPagedAttention.write_kv` do."""
+    hkv, nb, bs, d = k_cache.shape
+    t = qkv.shape[0]
+    if not (is_cpu_float32(qkv, cos, sin, k_cache, v_cache) and qkv.shape == (t, (num_heads + 2 * hkv) * d)
+            and cos.shape == (t, d) and sin.shape == (t, d) and v_cache.shape == k_cache.shape and d % 2 == 0
+            and slots.dtype == torch.int64 and slots.shape == (t,) and slots.is_contiguous()
+            and (t == 0 or _in_range(slots, nb * bs))):
+        raise ValueError(f"rope_store_kv: bad inputs (qkv {tuple(qkv.shape)}, cos {tuple(cos.shape)}, cache "
+                         f"{tuple(k_cache.shape)}, slots {tuple(slots.shape)})")
+    lib.rope_store_kv(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), slots.data_ptr(), k_cache.data_ptr(),
+                      v_cache.data_ptr(), t, num_heads, hkv, d, nb * bs, torch.get_num_threads())
+
+
+def _in_range(index: torch.Tensor, size: int) -> bool:
+    low, high = torch.aminmax(index)  # one pass, one op: this runs once per layer call
+    return 0 <= int(low) and int(high) < size
 
 
 class KernelScratch:

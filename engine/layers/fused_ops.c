@@ -45,3 +45,46 @@ void add_rms_norm(float *residual, const float *delta, const float *weight, floa
         for (int64_t i = 0; i < dim; i++) o[i] = weight[i] * (x[i] * scale);
     }
 }
+
+/* Rotary embedding and the KV-cache store of one attention layer, as one pass over its qkv projection.
+
+   In torch this is ~15 ops a layer (split, cat and neg for rotate_half, four products, two sums, two transposed
+   index_copy_ into the cache), each a pass over memory or, for a decode step's few rows, mostly dispatch cost.
+   The arithmetic is the reference's, rounding included: x * cos + rotate_half(x) * sin with each product rounded
+   and then summed, so fused multiply-adds are kept out of this function (the library is built with
+   -ffp-contract=fast). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+static void rope_head(float *x, const float *c, const float *s, int64_t half) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    for (int64_t i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * c[i] + (-b) * s[i];
+        x[i + half] = b * c[i + half] + a * s[i + half];
+    }
+}
+
+/* qkv: [tokens, (num_heads + 2 * num_kv_heads) * head_dim], each row q heads, k heads, v heads; q and k are
+   rotated in place. cos, sin: [tokens, head_dim], each token's row. k_cache, v_cache: [num_kv_heads,
+   cache_slots, head_dim]; token t's k and v go to slot slots[t] (0 <= slots[t] < cache_slots, checked by the
+   caller). */
+void rope_store_kv(float *qkv, const float *cos, const float *sin, const int64_t *slots, float *k_cache,
+                   float *v_cache, int64_t tokens, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                   int64_t cache_slots, int num_threads) {
+    const int64_t width = (num_heads + 2 * num_kv_heads) * head_dim;
+#pragma omp parallel for num_threads(num_threads) if (tokens * width >= PARALLEL_MIN_FLOATS)
+    for (int64_t t = 0; t < tokens; t++) {
+        float *row = qkv + t * width;
+        const float *c = cos + t * head_dim, *s = sin + t * head_dim;
+        for (int64_t h = 0; h < num_heads + num_kv_heads; h++) rope_head(row + h * head_dim, c, s, head_dim / 2);
+        const float *k = row + num_heads * head_dim, *v = k + num_kv_heads * head_dim;
+        for (int64_t h = 0; h < num_kv_heads; h++) {
+            const int64_t at = (h * cache_slots + slots[t]) * head_dim;
+            memcpy(k_cache + at, k + h * head_dim, sizeof(float) * head_dim);
+            memcpy(v_cache + at, v + h * head_dim, sizeof(float) * head_dim);
+        }
+    }
+}

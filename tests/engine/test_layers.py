@@ -178,6 +178,36 @@ def test_fused_add_norm_matches_torch() -> None:
     torch.testing.assert_close(add_rms_norm(lib, residual, None, norm.weight.detach(), norm.eps), norm(residual))
 
 
+def test_fused_rotary_and_kv_store_match_torch_bitwise() -> None:
+    """fused_ops.c: rotary on q and k (in place in the qkv projection) and the KV-cache store give exactly what
+    apply_rotary and write_kv give (same roundings: no fused multiply-add), from 1 row (decode) to a prefill
+    chunk big enough to run threaded; slots outside the cache are a ValueError, not a wild write."""
+    from engine.layers.cpu_kernels import load_library, rope_store_kv
+    from engine.layers.rotary import apply_rotary
+
+    lib = load_library()
+    if lib is None:
+        pytest.skip("no C kernel here")
+    torch.manual_seed(0)
+    hq, hkv, d, nb, bs = 6, 2, 64, 48, 16
+    rope = RotaryEmbedding(d, 1024, 10000.0, None)
+    for t in (1, 5, 700):
+        qkv = torch.randn(t, (hq + 2 * hkv) * d)
+        slots = torch.randperm(nb * bs)[:t]
+        cos, sin = rope.lookup(torch.randint(0, 1024, (t,)), torch.float32)
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        want_q, want_k = apply_rotary(q.view(t, hq, d), k.view(t, hkv, d), cos, sin)
+        want_kc, want_vc = torch.zeros(hkv, nb, bs, d), torch.zeros(hkv, nb, bs, d)
+        TorchPagedAttention.write_kv(want_kc, want_vc, want_k, v.view(t, hkv, d), slots)
+        k_cache, v_cache = torch.zeros(hkv, nb, bs, d), torch.zeros(hkv, nb, bs, d)
+        rope_store_kv(lib, qkv, cos.view(t, d), sin.view(t, d), slots, k_cache, v_cache, hq)
+        assert torch.equal(q.view(t, hq, d), want_q) and torch.equal(k.view(t, hkv, d), want_k)
+        assert torch.equal(k_cache, want_kc) and torch.equal(v_cache, want_vc)
+    with pytest.raises(ValueError):
+        rope_store_kv(lib, qkv[:1], cos[:1].view(1, d), sin[:1].view(1, d), torch.tensor([nb * bs]), k_cache,
+                      v_cache, hq)
+
+
 def test_stale_kernel_builds_are_removed_only_when_unused_for_a_week(tmp_path) -> None:
     import os
     import time
