@@ -32,12 +32,16 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from gateway.appkeys import GATEWAY
 from gateway.handlers import HOT_PATHS, JSON, Exchange, envelope
+from gateway.timers import LazyTimer
 
 log = logging.getLogger("gateway")
 
 _HOT = {path.encode(): (path, serve) for path, serve in HOT_PATHS.items()}
 _SERVER = f"Server: {SERVER_SOFTWARE}\r\n"
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
+# Request headers that send a request to aiohttp: noted as they are parsed, one set lookup each, so the
+# headers' end checks one flag.
+_HAND_OVER_HEADERS = frozenset({"transfer-encoding", "expect", "upgrade"})
 
 
 class _HandOver(Exception):
@@ -61,19 +65,20 @@ class Headers(dict[str, str]):
 
 
 def _head(version: str, status: int, headers: Any, framing: str) -> bytes:
-    lines = [f"HTTP/{version} {status} {_REASONS.get(status, '')}\r\n"]
-    lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-    lines.append(framing)
-    lines.append(f"Date: {rfc822_formatted_time()}\r\n")  # aiohttp's own, formatted once a second
-    lines.append(_SERVER)
-    lines.append("\r\n")
-    return "".join(lines).encode()
+    # One string grown in place (CPython appends to a str it holds the only reference to without copying):
+    # cheaper than a generator feeding a list and a join for the handful of lines an answer has.
+    head = f"HTTP/{version} {status} {_REASONS.get(status, '')}\r\n"
+    for name, value in headers.items():
+        head += f"{name}: {value}\r\n"
+    # aiohttp's own Date, formatted once a second
+    return f"{head}{framing}Date: {rfc822_formatted_time()}\r\n{_SERVER}\r\n".encode()
 
 
 class FrontExchange(Exchange):
     """A request the front serves; its answer goes straight to the connection's transport."""
 
     __slots__ = ("conn", "serve", "body", "version", "keep_alive", "chunked", "ended")
+    writes_on_return = False  # `reply` and `write` put the answer on the transport at once
 
     def __init__(self, conn: FrontConnection, path: str, serve: Any, headers: Headers, content_length: int | None,
                  body: bytes, version: str, keep_alive: bool) -> None:
@@ -149,8 +154,8 @@ class FrontConnection(asyncio.Protocol):
         self.writing_paused = False
         self.reading_paused = False
         self.drain_waiter: asyncio.Future | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.idle_at: float | None = None  # when an idle connection closes; None: a request is arriving
+        # When an idle connection closes; disarmed while a request is arriving or in flight.
+        self.timer = LazyTimer(self.loop, self._idle)
         self.max_line, self.max_field, self.max_headers = front.max_line, front.max_field, front.max_headers
         self._reset_request()
 
@@ -158,6 +163,7 @@ class FrontConnection(asyncio.Protocol):
         self.url = b""
         self.headers = Headers()
         self.n_headers = 0
+        self.odd = False  # a header that aiohttp must handle came (_HAND_OVER_HEADERS)
         self.body_parts: list[bytes] = []
         # Known at the headers: the endpoint, where this request's bytes end in `raw`, and its framing.
         self.hot: tuple[str, Any] = ("", None)
@@ -183,7 +189,7 @@ class FrontConnection(asyncio.Protocol):
             if isinstance(e, httptools.HttpParserCallbackError) and not isinstance(e.__context__, _HandOver):
                 log.error("front: a parser callback failed; aiohttp takes the connection", exc_info=e.__context__)
             self.handing_over = True
-            self._drop_timer()
+            self.timer.drop()
             if self.task is None:
                 self._hand_over()
             elif not self.reading_paused and self.transport is not None:
@@ -199,7 +205,7 @@ class FrontConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.front.connections.discard(self)
-        self._drop_timer()
+        self.timer.drop()
         self.pending.clear()
         if self.task is not None:
             self.task.cancel()  # as aiohttp's handler_cancellation: an open upstream stream is closed
@@ -237,16 +243,18 @@ class FrontConnection(asyncio.Protocol):
         self.n_headers += 1
         if self.n_headers > self.max_headers or len(name) + len(value) + 2 > self.max_field:
             raise _HandOver
-        dict.setdefault(self.headers, name.decode("latin-1").lower(), value.decode("utf-8", "surrogateescape"))
+        key = name.decode("latin-1").lower()
+        if key in _HAND_OVER_HEADERS:
+            self.odd = True
+        dict.setdefault(self.headers, key, value.decode("utf-8", "surrogateescape"))
 
     def on_headers_complete(self) -> None:
         parser, headers = self.parser, self.headers
         hot = _HOT.get(self.url.partition(b"?")[0])
         version = parser.get_http_version()
-        if (hot is None or parser.get_method() != b"POST" or "transfer-encoding" in headers or "expect" in headers
-                or "upgrade" in headers or version not in ("1.1", "1.0")):
+        if hot is None or self.odd or parser.get_method() != b"POST" or version not in ("1.1", "1.0"):
             raise _HandOver
-        length = headers.get("content-length")
+        length = dict.get(headers, "content-length")
         content_length = int(length) if length is not None else 0  # llhttp checked it is all digits
         if content_length > self.front.gateway.snapshot.policy.server.max_body_bytes:
             raise _HandOver  # aiohttp answers the 413 and reads the body away before closing (no reset)
@@ -262,7 +270,7 @@ class FrontConnection(asyncio.Protocol):
         self.content_length = content_length
         self.version = version
         self.keep_alive = version == "1.1" and parser.should_keep_alive()
-        self._cancel_timer()
+        self.timer.disarm()
 
     def on_body(self, body: bytes) -> None:
         self.body_parts.append(body)
@@ -333,30 +341,10 @@ class FrontConnection(asyncio.Protocol):
     # ---- idle connections ----------------------------------------------------------------------------------
     def _arm_timer(self) -> None:
         """aiohttp's keep-alive rule: a connection whose next request's headers have not all arrived within
-        `server.header_timeout_s` (counted from the connection's start or its last answer) is closed.
-        Arming and disarming only move `idle_at`: the one timer of a busy connection is not cancelled and made
-        anew each request, it fires at the old time and sleeps again until the current `idle_at`."""
-        self.idle_at = self.loop.time() + self.front.header_timeout
-        if self.timer is None:
-            self.timer = self.loop.call_at(self.idle_at, self._idle)
-
-    def _cancel_timer(self) -> None:
-        self.idle_at = None
-
-    def _drop_timer(self) -> None:
-        self.idle_at = None
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        `server.header_timeout_s` (counted from the connection's start or its last answer) is closed."""
+        self.timer.arm(self.loop.time() + self.front.header_timeout)
 
     def _idle(self) -> None:
-        self.timer = None
-        idle_at = self.idle_at
-        if idle_at is None:
-            return  # a request is arriving or in flight: its answer arms the timer again
-        if self.loop.time() < idle_at:  # re-armed since this timer was set
-            self.timer = self.loop.call_at(idle_at, self._idle)
-            return
         if self.task is None and self.transport is not None:
             self.transport.close()
 

@@ -143,14 +143,23 @@ class Gateway:
     # ---- helpers for handlers -----------------------------------------------------------------------------
 
     async def account(self, ctx: RequestContext, usage: dict | None) -> None:
-        """Count the answer's tokens and charge them to the tenant's TPM."""
-        if not usage:
-            return
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
-        self.metrics.prompt_tokens.inc(prompt)
-        self.metrics.completion_tokens.inc(completion)
-        await self.limiter.charge_tokens(ctx.tenant, prompt + completion)
+        """Charge the answer's tokens to the tenant's TPM and count them."""
+        await self.charge(ctx, usage)
+        self.count_tokens(usage)
+
+    async def charge(self, ctx: RequestContext, usage: dict | None) -> None:
+        """Charge the answer's tokens to the tenant's TPM: before the answer goes out, so the tenant's next
+        request is admitted against them (nothing to do, and no await, for a tenant without a TPM limit)."""
+        if usage and ctx.tenant.limits.tpm:
+            await self.limiter.charge_tokens(
+                ctx.tenant, int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0))
+
+    def count_tokens(self, usage: dict | None) -> None:
+        """The answer's tokens in the metrics: the hot path counts them after its answer is written (the
+        counters take a lock each)."""
+        if usage:
+            self.metrics.prompt_tokens.inc(int(usage.get("prompt_tokens") or 0))
+            self.metrics.completion_tokens.inc(int(usage.get("completion_tokens") or 0))
 
     async def models(self) -> list[tuple[str, str]]:
         """(model id, owner): every exact route name, plus each backend's own models that a glob route matches."""

@@ -54,6 +54,9 @@ class Exchange:
 
     __slots__ = ("gateway", "method", "path", "headers", "content_length", "request_id", "route", "backend",
                  "status", "streaming")
+    # aiohttp writes a handler's response only when the handler returns, so what the envelope does after the
+    # handler delays the answer; the front writes it in `reply` itself.
+    writes_on_return = True
 
     def __init__(self, gateway: Gateway, method: str, path: str, headers: Mapping[str, str],
                  content_length: int | None) -> None:
@@ -231,9 +234,14 @@ async def generate(ex: Exchange, endpoint: Endpoint) -> None:
     )
     for stage in stages:
         await stage.after(ctx, completion)
-    await gw.account(ctx, completion.get("usage"))
+    usage = completion.get("usage")
+    await gw.charge(ctx, usage)
     ctx.response_headers["X-Backend"] = ex.backend = name
     ex.reply(200, orjson.dumps(completion), ctx.response_headers)
+    # Counted once the answer is on its way (the client does not wait on the metrics' locks), with no await
+    # between the answer and the envelope's request count: a client that reads /metrics after its answer finds
+    # both. An error here is logged by the envelope, never a second answer.
+    gw.count_tokens(usage)
 
 
 async def _answer_from_cache(ex: Exchange, ctx: RequestContext, hit: dict) -> None:
@@ -330,9 +338,11 @@ async def embed(ex: Exchange) -> None:
     call = WHOLE[EMBEDDINGS]
     result, name = await gw.router.call(route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
                                         endpoint=EMBEDDINGS, tenant=ctx.tenant.name)
-    await gw.account(ctx, result.get("usage"))
+    usage = result.get("usage")
+    await gw.charge(ctx, usage)
     ex.backend = name
     ex.reply(200, orjson.dumps(result), {"X-Backend": name})
+    gw.count_tokens(usage)  # after the answer, as in `generate`
 
 
 def _on_aiohttp(serve: Callable[[Exchange], Awaitable[None]]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -446,7 +456,7 @@ async def envelope(ex: Exchange, serve: Callable[[Exchange], Awaitable[None]]) -
             e.status, e.text if e.status == 413 and e.text else e.reason, "invalid_request_error", code))
     except Exception as e:
         await _error_reply(ex, _gateway_error(e, ex))
-    _observe(ex, ex.status or "200", started, deferred=True)
+    _observe(ex, ex.status or "200", started, deferred=ex.writes_on_return)
 
 
 @web.middleware
@@ -483,6 +493,8 @@ def _backend_failure(e: BackendError, ex: Exchange) -> GatewayError:
 async def _error_reply(ex: Exchange, err: GatewayError) -> None:
     """The error as a fresh response, or, when headers already went out, as a last SSE event on the open one
     (a second status line inside a chunked body would garble the stream for every client)."""
+    if ex.status is not None and not ex.streaming:
+        return  # the whole answer went out before this failed (logged by _gateway_error): it stands
     if not ex.streaming:
         return ex.reply(err.status, orjson.dumps(err.body()), err.headers)
     ex.status = str(err.status)
@@ -498,7 +510,8 @@ OPS_PATHS = frozenset({"/metrics", "/ready", "/health"})  # scrapes and probes a
 def _observe(ex: Exchange, status: str, started: float, deferred: bool = False) -> None:
     """Every request is counted, those refused before routing (401, 404, 400, 405, 413) as route "none".
     `deferred`: the count runs on the loop's next turn, after the response is written (aiohttp writes it when
-    the handler returns), so the client's answer does not wait on the metrics' locks."""
+    the handler returns), so the client's answer does not wait on the metrics' locks; the front's answer is
+    written already, so it is counted at once."""
     route = ex.route
     if route is None and ex.path in OPS_PATHS:
         return

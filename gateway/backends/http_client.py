@@ -22,6 +22,8 @@ from typing import Any
 
 import httptools
 
+from gateway.timers import LazyTimer
+
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers together; more is not an HTTP API answering
 HIGH_WATER = 256 * 1024  # unread body bytes at which the socket stops being read (the consumer lags)
 MAX_INFLATED = 64 * 1024 * 1024  # decompressed bytes one response may grow to (a gzip bomb stops here)
@@ -106,13 +108,10 @@ class Connection(asyncio.Protocol):
         self._inflated = 0  # decompressed bytes so far (-1: no compressed byte came yet)
         self._keep_alive = False
         self._bad: str | None = None  # why a callback stopped the parser
-        # One timer per connection, not per exchange: an exchange only sets its deadlines (`_armed`), and the
-        # timer, when it fires, checks the deadline that applies now: met (or no exchange), it sleeps again or
-        # ends; past, the exchange fails. A new exchange moves the timer only when its deadline comes earlier,
-        # so keep-alive requests with the same timeouts pay no call_at and no cancel each.
-        self._timer: asyncio.TimerHandle | None = None
-        self._armed = False  # an exchange's deadlines apply
-        self._first_at = 0.0
+        # One timer per connection, not per exchange (see LazyTimer): keep-alive requests with the same timeouts
+        # pay no call_at and no cancel each. Its deadline is the one that applies now: the first byte's, then
+        # the total's; disarmed between exchanges.
+        self._timer = LazyTimer(self._loop, self._expire)
         self._total_at = 0.0
         self._first_pending = False  # the first-byte deadline still applies
         self._first_until_body = False  # a stream: the first-byte deadline holds until `first_seen`
@@ -194,7 +193,7 @@ class Connection(asyncio.Protocol):
         self.status = status
         self._head_done = True
         if not self._first_until_body:
-            self._first_pending = False
+            self._first_met()
         if not self._framed:
             self._until_eof = status not in (204, 304)
         encoding = self._encoding
@@ -260,18 +259,8 @@ class Connection(asyncio.Protocol):
         self._decoder = None
         self._inflated = -1
         self._total_at = total_at
-        if first_at is not None and first_at < total_at:
-            self._first_pending = True
-            self._first_at = due = first_at
-        else:
-            self._first_pending = False
-            due = total_at
-        self._armed = True
-        timer = self._timer
-        if timer is None or timer.when() > due:
-            if timer is not None:
-                timer.cancel()
-            self._timer = self._loop.call_at(due, self._expire)
+        self._first_pending = first_at is not None and first_at < total_at
+        self._timer.arm(first_at if self._first_pending else total_at)  # type: ignore[arg-type]
         self.transport.write(data)
 
     async def head(self) -> None:
@@ -289,7 +278,13 @@ class Connection(asyncio.Protocol):
             if self.complete:
                 return b""
             await self._wait()
+        return self.take()
+
+    def take(self) -> bytes:
+        """The body bytes that arrived and were not read yet, without waiting (all of it once `complete`)."""
         body = self._body
+        if not body:
+            return b""
         data = body[0] if len(body) == 1 else b"".join(body)
         body.clear()
         self._buffered = 0
@@ -314,7 +309,14 @@ class Connection(asyncio.Protocol):
 
     def first_seen(self) -> None:
         """The stream's first event arrived: its first-byte deadline is met."""
-        self._first_pending = False
+        self._first_met()
+
+    def _first_met(self) -> None:
+        """The first-byte deadline is met: the total one applies from now."""
+        if self._first_pending:
+            self._first_pending = False
+            if self._timer.deadline is not None:
+                self._timer.arm(self._total_at)
 
     @property
     def reusable(self) -> bool:
@@ -363,30 +365,15 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def _expire(self) -> None:
-        self._timer = None
-        if not self._armed or self.complete:
-            return  # the exchange ended (the connection is idle, or serving one that re-armed the timer)
-        if self._first_pending:
-            phase, due = "first_byte", self._first_at
-        else:  # the first byte came in time (or there was no first-byte deadline): on to the total deadline
-            phase, due = "total", self._total_at
-        if self._loop.time() < due:  # set for an earlier exchange's deadline: sleep until this one's
-            self._timer = self._loop.call_at(due, self._expire)
-            return
-        self._fail(TimedOut(phase))
+        if not self.complete:
+            self._fail(TimedOut("first_byte" if self._first_pending else "total"))
 
     def _stop_timers(self) -> None:
-        """The exchange's deadlines no longer apply; the timer stays for the next exchange (see `_expire`)."""
-        self._armed = False
-
-    def _drop_timer(self) -> None:
-        self._armed = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """The exchange's deadlines no longer apply; the timer stays for the next exchange (see LazyTimer)."""
+        self._timer.disarm()
 
     def _close(self) -> None:
-        self._drop_timer()
+        self._timer.drop()
         if not self.closed:
             self.closed = True
             if self.transport is not None:
@@ -414,19 +401,11 @@ class Pool:
         Raises ConnectFailed, ConnectTimedOut, or TimedOut when `limit_at` (loop time) passes first."""
         if self._closed:
             raise ConnectFailed("the backend is shutting down")
-        idle = self._idle
-        if idle:
-            stale_at = self.loop.time() - IDLE_S
-            while idle and (fresh or idle[0].idle_since < stale_at):  # oldest first (LIFO list)
-                self._drop_idle(idle.pop(0))
-            while idle:
-                conn = idle.pop()
-                conn.idle = False
-                if not conn.closed:
-                    conn.reused = True
-                    conn.released = False
-                    return conn
-                self._open -= 1
+        if fresh:
+            while self._idle:
+                self._drop_idle(self._idle.pop())
+        elif (conn := self.reuse()) is not None:
+            return conn
         if self._open >= self.limit:
             handed = await self._wait_turn(limit_at)
             if handed is not None:
@@ -448,6 +427,24 @@ class Pool:
         while self._waiters and self._open < self.limit:
             self._wake_one()
         return conn
+
+    def reuse(self) -> Connection | None:
+        """The most recently used idle connection that is still fit (staler ones are closed), taken without
+        awaiting: the keep-alive path of every request but the first; None when there is none."""
+        idle = self._idle
+        if idle:
+            stale_at = self.loop.time() - IDLE_S
+            while idle and idle[0].idle_since < stale_at:  # oldest first (LIFO list)
+                self._drop_idle(idle.pop(0))
+            while idle:
+                conn = idle.pop()
+                conn.idle = False
+                if not conn.closed:
+                    conn.reused = True
+                    conn.released = False
+                    return conn
+                self._open -= 1
+        return None
 
     def _drop_idle(self, conn: Connection) -> None:
         conn.idle = False

@@ -165,7 +165,8 @@ class HTTPUpstream:
         try:
             conn = await self._open(method, path, payload, timeouts, track)
             try:
-                raw = await self._read_body(conn)
+                # Usually the whole body came with the headers: taken as is, no reader to await.
+                raw = conn.take() if conn.complete else await self._read_body(conn)
             except TimedOut:
                 raise self._tracked(track, self._timeout(f"total timeout of {timeouts.total}s", True)) from None
             except HTTPClientError as e:
@@ -340,7 +341,9 @@ class HTTPUpstream:
         url = self.base_url + path
         for attempt in (1, 2):
             try:
-                conn = await pool.acquire(timeouts.connect, limit_at, fresh=attempt == 2)
+                # A kept-alive idle connection is taken without awaiting; else one is opened or waited for.
+                conn = (attempt == 1 and pool.reuse()) or await pool.acquire(timeouts.connect, limit_at,
+                                                                             fresh=attempt == 2)
             except ConnectTimedOut:
                 raise self._tracked(track, self._timeout(f"connect timeout of {timeouts.connect}s to {url}",
                                                          True)) from None
