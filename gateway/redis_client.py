@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 
@@ -51,7 +52,12 @@ class ClusterClient(RedisCluster):
             task = self._init_task = asyncio.ensure_future(super().initialize(*args, **kwargs))
             # Its waiters may all have given up (timeouts, cancels): its error is theirs, not the loop's to log.
             task.add_done_callback(_retrieve)
-        await asyncio.shield(task)
+        try:
+            await asyncio.shield(task)
+        except RedisClusterException as e:
+            # No node answered. redis-py says so with an exception outside RedisError, which would pass every
+            # caller's `except RedisError` (the guard's fail-open, the admin endpoints' 503) and end as a 500.
+            raise RedisConnectionError(f"redis cluster: {e}") from e
         return self
 
     def node_name(self, key: str) -> str:
