@@ -14,6 +14,18 @@ def embedder() -> MiniLMEmbedder:
 
 
 @pytest.fixture
+async def worker(embedder: MiniLMEmbedder):
+    """A semantic worker on the session's model, loaded, closed after the test."""
+    from gateway.cache.embedder import DIM
+    from gateway.cache.worker import SemanticWorker
+
+    worker = SemanticWorker(lambda: embedder, DIM)
+    assert await worker.wait_ready_or_load()
+    yield worker
+    await worker.close()
+
+
+@pytest.fixture
 def gw(fake_openai, serve_gateway):
     """(fake upstream, gateway) with both layers on (tests.cache.gateway_helpers.policy), model loaded."""
     from tests.cache.gateway_helpers import policy, semantic_ready

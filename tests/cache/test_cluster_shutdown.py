@@ -19,9 +19,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from gateway.cache.embedder import DIM
 from gateway.cache.semantic import SemanticCache
-from gateway.cache.worker import SemanticWorker
 from gateway.metrics import Metrics
 from gateway.redis_client import ClusterClient, create_redis
 from gateway.redis_guard import RedisGuard, RedisUnavailable
@@ -113,14 +111,6 @@ def frozen_cluster() -> Iterator[RedisCluster]:
     cluster = RedisCluster(masters=1, replicas_per_master=1).start()
     yield cluster
     cluster.stop()
-
-
-@pytest.fixture
-async def worker(embedder):
-    worker = SemanticWorker(lambda: embedder, DIM)
-    assert await worker.wait_ready_or_load()
-    yield worker
-    await worker.close()
 
 
 async def until(predicate, what: str) -> None:

@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import pytest
 import redis.asyncio as aioredis
 
 from gateway.cache import keyspace as ks
-from gateway.cache.embedder import DIM
 from gateway.cache.semantic import SemanticCache, _stream_events, cancel_and_wait
 from gateway.cache.worker import SemanticWorker
 from gateway.metrics import Metrics
@@ -41,14 +39,6 @@ async def test_a_task_that_outlives_its_cancel_is_left_behind_not_awaited_foreve
     stuck_forever.set_result(None)  # let it end so the loop closes cleanly
     await asyncio.gather(stuck, return_exceptions=True)
     assert await cancel_and_wait([], wait_s=0.2) == set()
-
-
-@pytest.fixture
-async def worker(embedder):
-    worker = SemanticWorker(lambda: embedder, DIM)
-    assert await worker.wait_ready_or_load()
-    yield worker
-    await worker.close()
 
 
 async def following(redis: aioredis.Redis, worker: SemanticWorker) -> SemanticCache:
