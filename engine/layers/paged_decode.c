@@ -3,9 +3,9 @@
    One query token per sequence attends over its cached keys, read block by block through its block table:
    no gathered copy of K/V (the torch path copies every key and value into a buffer and SDPA reads it again,
    three passes over the cache where this makes one). Work items are (sequence, KV head) pairs, each serving
-   the query heads that share that KV head (grouped-query attention). Softmax is exact: scores for the whole
-   context first, then their max, then exp and sum, as a reference implementation does. Dot products keep 8
-   running partial sums (one vector register) in a fixed order: no -ffast-math.
+   the query heads that share that KV head (grouped-query attention). Softmax is two-pass: scores for the whole
+   context first, then their max, then exp (vectorised, ~1 ulp) and sum, as a reference implementation does.
+   Dot products keep 8 running partial sums (one vector register) in a fixed order: no -ffast-math.
 
    Memory, not arithmetic, bounds this kernel: a block is a few KiB somewhere in a cache of hundreds of MiB,
    and the hardware prefetcher stops at each one's end (it was measured reading the cache at ~6 GB/s of the
@@ -44,6 +44,65 @@ static inline float sum8(vec8 v) {
     return s;
 }
 
+typedef int ivec8 __attribute__((vector_size(32)));
+
+#if defined(__clang__)
+#define SHUFFLE8(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define SHUFFLE8(a, b, ...) __builtin_shuffle((a), (b), (ivec8){__VA_ARGS__})
+#endif
+
+/* lanes (a0+a1, b0+b1, a2+a3, b2+b3, ...): one step of folding two vectors' horizontal sums into one */
+static inline vec8 fold_pairs(vec8 a, vec8 b) {
+    return SHUFFLE8(a, b, 0, 8, 2, 10, 4, 12, 6, 14) + SHUFFLE8(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+}
+
+/* the horizontal sums of 8 vectors as one vector (lane j: the sum of v[j]'s lanes), a tree of shuffles and adds
+   instead of eight scalar sum8() chains, each a serial run of dependent adds */
+static inline vec8 sums8(const vec8 v[8]) {
+    const vec8 s01 = fold_pairs(v[0], v[1]), s23 = fold_pairs(v[2], v[3]);
+    const vec8 s45 = fold_pairs(v[4], v[5]), s67 = fold_pairs(v[6], v[7]);
+    /* lanes 0-3: v0..v3 over their low 4 lanes, lanes 4-7: the same over the high 4 */
+    const vec8 a = SHUFFLE8(s01, s23, 0, 1, 8, 9, 4, 5, 12, 13) + SHUFFLE8(s01, s23, 2, 3, 10, 11, 6, 7, 14, 15);
+    const vec8 b = SHUFFLE8(s45, s67, 0, 1, 8, 9, 4, 5, 12, 13) + SHUFFLE8(s45, s67, 2, 3, 10, 11, 6, 7, 14, 15);
+    return SHUFFLE8(a, b, 0, 1, 2, 3, 8, 9, 10, 11) + SHUFFLE8(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+static inline vec8 select8(ivec8 mask, vec8 a, vec8 b) {
+    ivec8 ai, bi;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    const ivec8 r = (mask & ai) | (~mask & bi);
+    vec8 out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
+
+/* e^x of 8 lanes, x <= 0 (scores minus their max): x = n ln2 + r, e^r by Cephes' expf polynomial (~1 ulp, as
+   SDPA's vectorised exp), 2^n built in the exponent bits; 0 below -87.3, where expf's result is subnormal. The
+   scalar expf loop was ~11 % of the kernel at batch 32 (measured by leaving it out). With sums8: the kernel alone
+   at batch 32, 330 keys, 30 layers' caches cycled, 2.47 -> 1.91 ms per layer (best of 12, interleaved). */
+static inline vec8 exp8(vec8 x) {
+    const vec8 lo = splat8(-87.3f);
+    const ivec8 under = x < lo;
+    x = select8(under, lo, x);
+    const ivec8 n = __builtin_convertvector(x * splat8(1.44269504088896341f) - splat8(0.5f), ivec8); /* x <= 0:
+                                                                         truncation rounds to nearest */
+    const vec8 nf = __builtin_convertvector(n, vec8);
+    const vec8 r = x - nf * splat8(0.693359375f) - nf * splat8(-2.12194440e-4f);
+    vec8 p = splat8(1.9875691500E-4f);
+    p = p * r + splat8(1.3981999507E-3f);
+    p = p * r + splat8(8.3334519073E-3f);
+    p = p * r + splat8(4.1665795894E-2f);
+    p = p * r + splat8(1.6666665459E-1f);
+    p = p * r + splat8(5.0000001201E-1f);
+    p = p * r * r + r + splat8(1.f);
+    const ivec8 bits = (n + 127) << 23;
+    vec8 two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return select8(under, splat8(0.f), p * two_n);
+}
+
 /* scores of `n` (<= KEYS) consecutive keys (rows of `k`) against one query: 8 running partial sums per key,
    then the tail of head_dim beyond a multiple of 8 */
 static inline void dot_keys(const float *q, const float *k, int64_t n, int64_t head_dim, float *out, float scale) {
@@ -52,6 +111,11 @@ static inline void dot_keys(const float *q, const float *k, int64_t n, int64_t h
     for (int64_t i = 0; i < body; i += 8) {
         const vec8 qv = load8(q + i);
         for (int64_t j = 0; j < n; j++) acc[j] += qv * load8(k + j * head_dim + i);
+    }
+    if (n == KEYS && body == head_dim) {
+        const vec8 r = sums8(acc) * splat8(scale);
+        memcpy(out, &r, sizeof r);
+        return;
     }
     for (int64_t j = 0; j < n; j++) {
         float s = sum8(acc[j]);
@@ -126,13 +190,20 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
                 float *s = scores + g * row;
                 float m = -INFINITY;
                 for (int64_t t = 0; t < len; t++) m = s[t] > m ? s[t] : m;
-                float sum = 0.f;
-                for (int64_t t = 0; t < len; t++) {
+                vec8 sums = {0};
+                int64_t t = 0;
+                for (; t + 8 <= len; t += 8) {
+                    const vec8 e = exp8(load8(s + t) - splat8(m));
+                    memcpy(s + t, &e, sizeof e);
+                    sums += e;
+                }
+                float sum = sum8(sums);
+                for (; t < len; t++) {
                     s[t] = expf(s[t] - m);
                     sum += s[t];
                 }
                 const float inv = 1.f / sum;
-                for (int64_t t = 0; t < len; t++) s[t] *= inv;
+                for (t = 0; t < len; t++) s[t] *= inv;
             }
             memset(acc, 0, sizeof(float) * group * head_dim);
             for (int64_t blk = 0; blk < nblocks; blk++) {
