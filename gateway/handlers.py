@@ -71,6 +71,10 @@ class Exchange:
         self.status: str | None = None  # the status counted: the response's, or an in-band error's
         self.streaming = False  # the headers went out: an error now ends the stream in-band
 
+    # The request body when it has arrived already (the front reads it before the handler runs): taken as is,
+    # no `read` to await. None: `read` it.
+    body: bytes | None = None
+
     async def read(self) -> bytes:
         raise NotImplementedError
 
@@ -134,7 +138,7 @@ async def read_json(ex: Exchange, max_bytes: int) -> dict:
     if ex.content_length is not None and ex.content_length > max_bytes:
         raise GatewayError(413, f"Request body of {ex.content_length} bytes is over the limit of {max_bytes} bytes.",
                            "invalid_request_error", "request_too_large")
-    raw = await ex.read()
+    raw = ex.body if ex.body is not None else await ex.read()
     if len(raw) > max_bytes:
         raise GatewayError(413, f"Request body is over the limit of {max_bytes} bytes.", "invalid_request_error",
                            "request_too_large")
@@ -195,7 +199,8 @@ async def prepare(ex: Exchange, endpoint: Endpoint) -> tuple[Gateway, Snapshot, 
         raise GatewayError(404, f"The model `{model}` does not exist or you do not have access to it.",
                            "invalid_request_error", "model_not_found", "model")
     ex.route = route.name
-    await gw.limiter.admit(tenant)
+    if tenant.limits.rpm or tenant.limits.tpm:  # an open tenant has nothing to check, nor to await
+        await gw.limiter.admit(tenant)
     ctx = RequestContext(
         request_id=ex.request_id, endpoint=endpoint, body=body, forward_body=body, model=model,
         stream=stream, include_usage=include_usage, tenant=tenant, route=route, policy=snap.policy,
@@ -235,7 +240,8 @@ async def generate(ex: Exchange, endpoint: Endpoint) -> None:
     for stage in stages:
         await stage.after(ctx, completion)
     usage = completion.get("usage")
-    await gw.charge(ctx, usage)
+    if ctx.tenant.limits.tpm:
+        await gw.charge(ctx, usage)
     ctx.response_headers["X-Backend"] = ex.backend = name
     ex.reply(200, orjson.dumps(completion), ctx.response_headers)
     # Counted once the answer is on its way (the client does not wait on the metrics' locks), with no await
