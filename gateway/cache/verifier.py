@@ -857,9 +857,12 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
         if _role_marked(sa, xa0, xa1, ya0) != _role_marked(sb, yb0, yb1, xb0):
             continue
         shared_relations = _relations(mid_a) & _relations(mid_b)
-        if not shared_relations and _zh_verb_shared(sa[xa1:ya0], sb[yb1:xb0]):
+        if not shared_relations and _zh_verb_shared(sa[xa1:ya0], sb[yb1:xb0]) \
+                and not _DIRECTED.intersection(_RELATION_CLASS.get(u) for u in sa[xa1:ya0] + sb[yb1:xb0]):
             # a verb written right against its object (丈夫能继承妻子的房产 / 妻子可以继承丈夫的房产): the trim
-            # above read 继承 as part of 妻子's word; a two-character word both whole middles have is the relation
+            # above read 继承 as part of 妻子's word; a two-character word both whole middles have is the relation.
+            # Not where one text directs the verb (电脑备份到移动硬盘): the other then fronts the destination
+            # as its topic (移动硬盘怎么备份电脑), the same question.
             shared_relations = {"verb"}
         if not shared_relations:
             continue  # both tests below need a relation the two middles share
@@ -871,6 +874,9 @@ def _inverted(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
                 and not owner_a and not owner_b:
             return True
     return _zh_words_inverted(sa, sb)
+
+
+_DIRECTED = frozenset({"to", "from"})
 
 
 def _zh_verb_shared(mid_a: tuple[str, ...], mid_b: tuple[str, ...]) -> bool:
@@ -1037,16 +1043,23 @@ def _asked_swapped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
 
 
 def _asking_clause(seq: tuple[str, ...]) -> tuple[str | None, dict[str, tuple[int, int]]]:
-    """The term the first "how many" clause of a text counts, and that clause's terms."""
+    """The term the last "how many" clause of a text counts, and that clause's terms. The last: a
+    preamble asks too ("I know how many ounces in a cup, but how many cups in a pint?"). When the clause
+    names no unit beside the asked one, its partner was fronted across a comma (一斤，等于几公斤): the
+    whole text's terms then."""
+    found: tuple[str | None, dict[str, tuple[int, int]]] = (None, {})
     start = 0
     for end in [i for i, u in enumerate(seq) if u == "|"] + [len(seq)]:
         clause = seq[start:end]
         terms = _inversion_terms(clause)
         asked = _asked(clause, terms)
         if asked is not None:
-            return asked, terms
+            found = (asked, terms)
         start = end + 1
-    return None, {}
+    asked, terms = found
+    if asked is not None and not any(t != asked and (t in _ZH_UNITS or t[0] == "~") for t in terms):
+        terms = _inversion_terms(tuple(u for u in seq if u != "|"))
+    return asked, terms
 
 
 _OWNERS = frozenset({"my", "your", "our", "his", "her", "their"})

@@ -367,6 +367,10 @@ def test_decline_to_a_figure_is_a_fall(text: str, negated: bool) -> None:
     ("丈夫能继承妻子的房产吗？", "妻子可以继承丈夫的房子吗？", "order"),
     # "how many" read in the clause that asks, past a preamble naming both units
     ("公斤和磅怎么换算，1公斤等于多少磅？", "1磅等于多少公斤？", "order"),
+    # the other unit fronted across a comma; a preamble that asks too (the last clause asks)
+    ("一斤，等于几公斤", "一公斤等于几斤", "order"),
+    ("请问1公斤，是多少斤", "1斤是多少公斤", "order"),
+    ("I know how many ounces in a cup, but how many cups in a pint?", "how many pints in a cup", "order"),
 ])
 def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -387,6 +391,10 @@ def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("Can you help me reset my password?", "help me reset my password"),
     ("公斤和磅怎么换算，1公斤等于多少磅？", "1公斤是几磅"),
     ("用黄油代替植物油可以吗？", "植物油能用黄油代替吗"),
+    # a destination named with 到, fronted as the topic in the other text
+    ("电脑备份到移动硬盘", "移动硬盘怎么备份电脑"),
+    ("微信聊天记录迁移到新手机", "新手机怎么迁移微信聊天记录"),
+    ("旧手机数据迁移到新手机", "新手机怎么迁移旧手机的数据"),
 ])
 def test_dev3_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
