@@ -1212,7 +1212,8 @@ def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str |
         if op == "equal":
             continue
         seg_a, seg_b = a[i1:i2], b[j1:j2]
-        if op == "replace" and len(seg_a) == len(seg_b) == 1 and {seg_a[0], seg_b[0]} in _CONVERSE:
+        if op == "replace" and len(seg_a) == len(seg_b) == 1 and {seg_a[0], seg_b[0]} in _CONVERSE \
+                and not (i1 and {seg_a[0], seg_b[0]} == _SAME_PARTICLES.get(_stem(a[i1 - 1]))):
             return "order"  # "translate it to French" / "... from French"
         if op == "replace":
             persons_a = {p for w in seg_a if (p := lx.EN_PERSON.get(w))}
@@ -1273,6 +1274,11 @@ _CONVERSE = tuple(frozenset(p) for p in (("to", "from"), ("into", "from"), ("tow
                                          # particles of a state or a direction: "with roaming on" / "... off",
                                          # "scale up" / "scale down", "check in" / "check out"
                                          ("on", "off"), ("up", "down"), ("in", "out")))
+
+
+# Phrasal verbs whose converse particles say the same thing (British and American "fill in" / "fill out
+# a form", "slow up" / "slow down"): the particle pair is wording after these verbs only.
+_SAME_PARTICLES = {"fill": frozenset({"in", "out"}), "slow": frozenset({"up", "down"})}
 
 
 def _canon(word: str) -> str:
@@ -1476,6 +1482,11 @@ def _persons_exchanged(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     pa, pb = tuple(_PERSON_OF.get(w, w) for w in a), tuple(_PERSON_OF.get(w, w) for w in b)
     if pa == pb or "1" not in pa or "2" not in pa:
         return False
+    # persons joined by and/or/vs ("you or me" / "me or you") are one group in either order, as in
+    # _roles_exchanged
+    for i in range(len(pa) - 2):
+        if {pa[i], pa[i + 2]} == {"1", "2"} and pa[i + 1] in _PERSON_JOINTS:
+            return False
     return tuple(_OTHER_PERSON.get(w, w) for w in pa) == pb
 
 
@@ -1483,6 +1494,7 @@ def _persons_exchanged(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 _PERSON_OF = {"i": "1", "me": "1", "my": "1", "mine": "1", "myself": "1",
               "you": "2", "your": "2", "yours": "2", "yourself": "2"}
 _OTHER_PERSON = {"1": "2", "2": "1"}
+_PERSON_JOINTS = frozenset({"and", "or", "vs", "versus", "nor", "&"})
 
 
 def _cjk_substituted(a: str, b: str) -> bool:

@@ -371,6 +371,10 @@ def test_decline_to_a_figure_is_a_fall(text: str, negated: bool) -> None:
     ("一斤，等于几公斤", "一公斤等于几斤", "order"),
     ("请问1公斤，是多少斤", "1斤是多少公斤", "order"),
     ("I know how many ounces in a cup, but how many cups in a pint?", "how many pints in a cup", "order"),
+    # converse particles after other verbs still turn the question round; owners exchanged still do
+    ("How do I check in?", "How do I check out?", "order"),
+    ("How do I zoom in?", "How do I zoom out?", "order"),
+    ("Is my answer better than yours?", "Is your answer better than mine?", "order"),
 ])
 def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -395,6 +399,13 @@ def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("电脑备份到移动硬盘", "移动硬盘怎么备份电脑"),
     ("微信聊天记录迁移到新手机", "新手机怎么迁移微信聊天记录"),
     ("旧手机数据迁移到新手机", "新手机怎么迁移旧手机的数据"),
+    # converse particles that say the same after this verb (British and American "fill in" / "fill out")
+    ("How do I fill in a W-4 form?", "How do I fill out a W-4 form?"),
+    ("How to fill in a tax return", "how to fill out a tax return"),
+    # the speaker and the listener joined by and/or: one group in either order
+    ("Who is smarter, you or me?", "Who is smarter, me or you?"),
+    ("What's the difference between you and me", "What's the difference between me and you"),
+    ("Can you and I be friends", "Can I and you be friends"),
 ])
 def test_dev3_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
