@@ -1044,9 +1044,8 @@ def _asked_swapped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
 
 def _asking_clause(seq: tuple[str, ...]) -> tuple[str | None, dict[str, tuple[int, int]]]:
     """The term the last "how many" clause of a text counts, and that clause's terms. The last: a
-    preamble asks too ("I know how many ounces in a cup, but how many cups in a pint?"). When the clause
-    names no unit beside the asked one, its partner was fronted across a comma (一斤，等于几公斤): the
-    whole text's terms then."""
+    preamble asks too ("I know how many ounces in a cup, but how many cups in a pint?"). With the terms
+    the whole text names once: the asked term's partner may be fronted across a comma (一斤，等于几公斤)."""
     found: tuple[str | None, dict[str, tuple[int, int]]] = (None, {})
     start = 0
     for end in [i for i, u in enumerate(seq) if u == "|"] + [len(seq)]:
@@ -1057,9 +1056,11 @@ def _asking_clause(seq: tuple[str, ...]) -> tuple[str | None, dict[str, tuple[in
             found = (asked, terms)
         start = end + 1
     asked, terms = found
-    if asked is not None and not any(t != asked and (t in _ZH_UNITS or t[0] == "~") for t in terms):
-        terms = _inversion_terms(tuple(u for u in seq if u != "|"))
-    return asked, terms
+    if asked is None:
+        return None, {}
+    # the clause's terms, and those the whole text names once (a term said in the preamble and again in the
+    # clause is one term of the clause, not one the whole text lacks)
+    return asked, {**_inversion_terms(tuple(u for u in seq if u != "|")), **terms}
 
 
 _OWNERS = frozenset({"my", "your", "our", "his", "her", "their"})

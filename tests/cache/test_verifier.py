@@ -370,6 +370,7 @@ def test_decline_to_a_figure_is_a_fall(text: str, negated: bool) -> None:
     # the other unit fronted across a comma; a preamble that asks too (the last clause asks)
     ("一斤，等于几公斤", "一公斤等于几斤", "order"),
     ("请问1公斤，是多少斤", "1斤是多少公斤", "order"),
+    ("韩元和人民币怎么换算？一万韩元是多少人民币？", "一万人民币是多少韩元？", "order"),  # preamble names both
     ("I know how many ounces in a cup, but how many cups in a pint?", "how many pints in a cup", "order"),
     # converse particles after other verbs still turn the question round; owners exchanged still do
     ("How do I check in?", "How do I check out?", "order"),
