@@ -490,7 +490,22 @@ ZH_NEUTRAL = tuple(sorted((
 ZH_TOPIC_NEUTRAL = tuple(sorted({*ZH_ASKS, "用", "把", "被", "给", "对于", "对", "坐", "去", "到", "从", "上", "里",
                                  "中", "想", "就", "都", "也", "还", "再", "又", "这", "那", "些", "种", "个", "多",
                                  "几", "哪", "该", "才", "很", "最", "请", "您", "他", "她", "它", "们", "咱", "可",
-                                 "以", "过", "着"}, key=len, reverse=True))
+                                 "以", "过", "着",
+                                 # time words and forum openers: wording before the topic, not a topic
+                                 # (最近老是失眠 / 这段时间总失眠, 小白提问：/ 新手求助，, 医生你好 / 大夫)
+                                 "现在", "目前", "最近", "近来", "这段时间", "这阵子", "老是", "总是", "小白",
+                                 "新手", "各位", "大家", "你好", "医生", "大夫", "求助", "提问", "请教", "老", "总"},
+                                key=len, reverse=True))
+# Topics said two ways, folded before the topic rule compares leading chunks (飞机延误 / 航班延误), and
+# traditional characters folded to simplified (貓咪可以吃巧克力嗎 / 猫能不能吃巧克力): the same topic.
+ZH_TOPIC_FOLD = str.maketrans({"貓": "猫", "嗎": "吗", "麼": "么", "書": "书", "車": "车", "電": "电", "腦": "脑",
+                               "機": "机", "們": "们", "這": "这", "裡": "里", "為": "为", "會": "会", "說": "说",
+                               "時": "时", "間": "间", "過": "过", "還": "还", "個": "个", "醫": "医",
+                               "藥": "药", "錢": "钱", "買": "买", "賣": "卖", "寶": "宝", "貝": "贝", "飛": "飞",
+                               "鳥": "鸟", "魚": "鱼", "馬": "马", "東": "东", "語": "语", "學": "学", "習": "习"})
+ZH_TOPIC_SYNONYMS = (("飞机", "航班"),)
+
+
 # Characters a Chinese request starts with when it starts with its verb (申请退款, 查看容器, 修改密码, 吃头孢):
 # the verb is said many ways (申请 / 办理, 修改 / 更改, 吃 / 服用), so a leading chunk starting with one is
 # wording, not a topic put for another.

@@ -1452,7 +1452,7 @@ def _cjk_topic_substituted(a: str, b: str) -> bool:
     other text has) must hold a content word after question words, modals and pronouns are taken out, the two
     share no character, and the same character follows both. A chunk starting with a verb (申请退款 /
     办理退款) is wording: requests start with their verb, said many ways."""
-    a, b = "".join(_CJK.findall(a)), "".join(_CJK.findall(b))
+    a, b = _topic_form(a), _topic_form(b)
     lead_a, lead_b = _lead(a, b), _lead(b, a)
     if not lead_a or not lead_b or len(lead_a) == len(a) or len(lead_b) == len(b):
         return False
@@ -1460,6 +1460,14 @@ def _cjk_topic_substituted(a: str, b: str) -> bool:
         return False
     topic_a, topic_b = _topic(lead_a), _topic(lead_b)
     return bool(topic_a) and bool(topic_b) and not set(topic_a) & set(topic_b)
+
+
+def _topic_form(text: str) -> str:
+    """The CJK characters of a text, traditional ones and a topic's second spelling folded."""
+    text = "".join(_CJK.findall(text)).translate(lx.ZH_TOPIC_FOLD)
+    for word, head in lx.ZH_TOPIC_SYNONYMS:
+        text = text.replace(word, head)
+    return text
 
 
 def _lead(text: str, other: str) -> str:

@@ -407,6 +407,13 @@ def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("Who is smarter, you or me?", "Who is smarter, me or you?"),
     ("What's the difference between you and me", "What's the difference between me and you"),
     ("Can you and I be friends", "Can I and you be friends"),
+    # time words, forum openers, a topic's second spelling and traditional characters are no other topic
+    ("飞机延误了能获得赔偿吗", "航班延误可以要求赔偿吗"),
+    ("最近老是失眠该怎么调理", "这段时间总失眠怎么办"),
+    ("貓咪可以吃巧克力嗎", "猫能不能吃巧克力"),
+    ("现在黄金多少钱一克", "目前金价每克多少钱"),
+    ("小白提问：Python怎么安装库", "新手求助，python怎么装第三方库"),
+    ("医生你好，宝宝发烧38度该怎么办", "大夫，孩子烧到38度怎么处理"),
 ])
 def test_dev3_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
