@@ -54,8 +54,12 @@ _NOT_IN_TOKEN = re.compile(r"[\s\u3000-\u303f\u3400-\u9fff]+")  # Chinese runs e
 _POSSESSIVE = re.compile(r"\b([A-Za-z][A-Za-z-]*)'s\b")
 _QUOTED = re.compile(r'"([^"]{1,200})"')
 # A title in title marks names one work (《红楼梦》, 「千与千寻」), as a quoted string does; <...> only around Chinese
-# (users type <劳动法> for 《劳动法》), so that "<div>" stays code.
-_TITLED = re.compile(r"[《「『]([^《》「」『』]{1,100})[》」』]|<([^<>]{0,100}[\u3400-\u9fff][^<>]{0,100})>")
+# (users type <劳动法> for 《劳动法》), so that "<div>" stays code, and with no digit or comparison inside or
+# around it, so that "x<10 且 x>5" stays two comparisons.
+_TITLED = re.compile(r"[《「『]([^《》「」『』]{1,100})[》」』]"
+                     r"|(?<![\w)\]])<([^<>\d=]{0,100}[\u3400-\u9fff][^<>\d=]{0,100})>(?![\s=]*\d)")
+# Marks a title is written with or without (哈利·波特 / 哈利波特): left out before titles are compared.
+_TITLE_DOTS = str.maketrans("", "", "·・•‧")
 _EDGE_PUNCT = "\"'.,;:!?()[]{}<>"
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::|->)[\w$]+)+(?:\(\))?|[A-Za-z_$]\w*\(\)|\w*_\w+")
 _NUMBER_WITH_UNIT = re.compile(r"\d+(?:[.,:]\d+)*(?:[a-z%°]{1,4})?", re.IGNORECASE)
@@ -107,8 +111,15 @@ class Facts:
     named_roles: tuple[tuple[str, str | None], ...]  # each named thing in order, with the word governing it
 
 
+# The characters of each text verified: the gateway never embeds more than its 4,096-character window, and
+# the difflib steps (_overlap, _edited) are superlinear, so `cache calibrate` or a library caller handing
+# in a 50k-character text must not hold the event loop for seconds; the tail past the window is no part of
+# what was embedded either.
+MAX_VERIFIED_CHARS = 4096
+
+
 def verify(query: str, candidate: str) -> Verdict:
-    qa, qb = semantic_form(query), semantic_form(candidate)
+    qa, qb = semantic_form(query[:MAX_VERIFIED_CHARS]), semantic_form(candidate[:MAX_VERIFIED_CHARS])
     if qa.casefold() == qb.casefold():
         return Verdict(True)
     a, b = facts(qa), facts(qb)
@@ -1711,11 +1722,17 @@ def _asks(words: list[str], text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def _title_key(title: str) -> str:
+    """A title as compared: case, middle dots and, in a Chinese title, spaces are how it was typed."""
+    key = title.strip().casefold().translate(_TITLE_DOTS)
+    return key.replace(" ", "") if _CJK.search(key) else key
+
+
 def _tokens(text: str) -> tuple[list[str], set[str]]:
     """Opaque tokens (compared literally) and code identifiers / quoted strings (names) of a text."""
     opaque: list[str] = []
     entities: set[str] = {q.strip().casefold() for q in _QUOTED.findall(text) if q.strip()}
-    entities.update(t.strip().casefold() for pair in _TITLED.findall(text) for t in pair if t.strip())
+    entities.update(_title_key(t) for pair in _TITLED.findall(text) for t in pair if t.strip())
     for raw in _NOT_IN_TOKEN.split(text):
         tok = raw.strip(_EDGE_PUNCT)
         if not tok:

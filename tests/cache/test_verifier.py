@@ -242,6 +242,23 @@ def test_a_hostile_pair_at_the_window_limit_gets_a_verdict() -> None:
         assert isinstance(verify(x, y), Verdict)
 
 
+def test_a_huge_pair_gets_a_verdict() -> None:
+    """Texts far past the window (library callers, `cache calibrate`) are cut before the difflib steps."""
+    words = sorted(w for w in lx.EN_COMMON_WORDS if w.isalpha() and len(w) > 3)[:400]
+    text = " ".join(words * 60)
+    assert len(text) > 50_000
+    assert verify(text, text + " again").ok  # the tail past the window is no part of the comparison
+    assert isinstance(verify(text, " ".join(reversed(text.split()))), Verdict)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("x<10 且 x>5 怎么写", "x<10 并且 x>5 怎么写"),  # comparisons, no title in <...>
+    ("《哈利·波特》第一部讲了什么", "《哈利波特》第一部讲了什么"),  # a middle dot is how a title is typed
+])
+def test_titles_compared_as_typed_alike(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
+
+
 def test_probe_pairs_written_by_us() -> None:
     """tests/data/verifier_probes.jsonl: 300 pairs we wrote ourselves to probe the rules in general form
     (swapped roles in many syntaxes, antonyms, numbers, qualifiers, and rewordings that reorder), not drawn
