@@ -142,11 +142,6 @@ class Gateway:
 
     # ---- helpers for handlers -----------------------------------------------------------------------------
 
-    async def account(self, ctx: RequestContext, usage: dict | None) -> None:
-        """Charge the answer's tokens to the tenant's TPM and count them."""
-        await self.charge(ctx, usage)
-        self.count_tokens(usage)
-
     async def charge(self, ctx: RequestContext, usage: dict | None) -> None:
         """Charge the answer's tokens to the tenant's TPM: before the answer goes out, so the tenant's next
         request is admitted against them (nothing to do, and no await, for a tenant without a TPM limit)."""

@@ -267,7 +267,7 @@ async def _relay_stream(
     open_call = STREAMED[ctx.endpoint]
     assembler = StreamAssembler()
     ttft: float | None = None
-    ended = False  # the stream reached [DONE]: its usage (or its estimate) is charged below
+    charged = False  # the tenant's TPM was charged the stream's usage (or its estimate) before [DONE]
     # The lease closes the upstream stream and frees the backend's in-flight slot however this block is left
     # (done, an error event, a client that hung up); a stream that never opened raises here, holding nothing.
     name: str | None = None  # set once a backend's stream is open
@@ -305,30 +305,35 @@ async def _relay_stream(
                 await out.close(sse_event(err.body()))
                 return
             assembler.finish()
+            completion = assembler.result()
             if assembler.complete:  # every choice ended: only then may a stage store it, and before [DONE], so
-                completion = assembler.result()  # a client that asks again the moment its stream ends finds it
-                for stage in stages:
+                for stage in stages:  # a client that asks again the moment its stream ends finds it
                     await stage.after(ctx, completion)
+            # Charged before [DONE], as a whole answer is charged before it goes out: a one-shot client (curl)
+            # hangs up the moment it reads [DONE], which cancels this task; nothing after [DONE] awaits, so
+            # that cancel can cost neither the charge nor the token count, nor turn the 200 into a 499.
+            usage = completion.get("usage")
+            if usage:
+                await gw.charge(ctx, usage)
+            else:  # an upstream that ignores stream_options.include_usage
+                await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
+            charged = True
             await out.close(DONE_EVENT)
-            ended = True
     finally:
-        if name is not None and not ended:
+        if name is not None and not charged:
             # Cut upstream, or a client that hung up: the stream ended before its usage chunk. Charge the
             # tenant's TPM an estimate, or a tenant could generate without limit through streams that end
             # early. Shielded: a client that hangs up cancels this task.
             await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
     completion = assembler.result()
+    usage = completion.get("usage")
     if ttft is not None:
         ttft_hist, tpot_hist = gw.metrics.stream_timings(route.name)
         ttft_hist.observe(ttft)
-        usage = completion.get("usage") or {}
-        n_out = usage.get("completion_tokens") or assembler.chunks
+        n_out = (usage or {}).get("completion_tokens") or assembler.chunks
         if n_out > 1:
             tpot_hist.observe((time.perf_counter() - ctx.started - ttft) / (n_out - 1))
-    if completion.get("usage"):
-        await gw.account(ctx, completion["usage"])
-    else:  # an upstream that ignores stream_options.include_usage
-        await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
+    gw.count_tokens(usage)
 
 
 def estimated_tokens(ctx: RequestContext, chunks: int) -> int:

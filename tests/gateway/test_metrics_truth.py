@@ -3,6 +3,8 @@ on the backend that produced them, stable route names, saved tokens with dedup, 
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import orjson
 import pytest
@@ -139,3 +141,35 @@ def test_metrics_text_is_valid_prometheus(fake_openai, serve_gateway) -> None:
     families = {f.name for f in text_string_to_metric_families(httpx.get(srv.url + "/metrics").text)}
     assert {"gateway_requests", "gateway_upstream_errors", "gateway_rate_limited"} <= families
     assert orjson.loads(httpx.get(srv.url + "/health").content) == {"status": "ok"}
+
+
+def test_a_stream_read_to_done_by_a_client_that_hangs_up_at_once_is_counted_whole(fake_openai, serve_gateway) -> None:
+    """A one-shot client (curl) closes its connection the moment it reads [DONE], which cancels the request's
+    task: for a tenant with a TPM limit that cancel used to land in the Redis charge after [DONE], so the
+    tokens went uncounted and a complete stream was counted 499."""
+    from tests.gateway.test_front import Client
+
+    _, up = fake_openai
+    srv = serve_gateway(policy(up.url))
+    wanted, n = 0, 8
+    for i in range(n):
+        body = orjson.dumps({**BODY, "messages": [{"role": "user", "content": f"q{i}"}], "stream": True,
+                             "stream_options": {"include_usage": True}})
+        client = Client(srv.url)
+        client.send(b"POST %b HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (CHAT.encode(), len(body), body))
+        while b"data: [DONE]" not in client.buf:
+            assert client._more(), "stream closed before [DONE]"
+        usage = [orjson.loads(line[6:])["usage"] for line in client.buf.split(b"\n")
+                 if line.startswith(b"data: {") and b'"usage":{' in line]
+        wanted += usage[-1]["prompt_tokens"] + usage[-1]["completion_tokens"]
+        client.sock.close()
+    ok = series("gateway_requests_total", route="fake-model", backend="up", status="200")
+    for _ in range(100):  # the gateway notices each hang-up on its own loop: wait for the last one (bounded)
+        m = scrape(srv)
+        if m.get(ok) == n:
+            break
+        time.sleep(0.05)
+    tokens = m[series("gateway_tokens_total", kind="prompt")] + m[series("gateway_tokens_total", kind="completion")]
+    assert (m.get(ok), tokens) == (n, wanted)
+    assert m.get(series("gateway_requests_total", route="fake-model", backend="up", status="499"), 0) == 0
