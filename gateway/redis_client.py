@@ -30,6 +30,7 @@ log = logging.getLogger("gateway.redis")
 DETECT_TIMEOUT_S = 2.0
 REFRESH_EVERY_S = 0.5  # at most one background slot-map refresh per this long, however many calls fail
 SCAN_COUNT = 1000
+NOT_A_CLUSTER = "Cluster mode is not enabled on this node"  # redis-py's words for a standalone server
 
 
 class ClusterClient(RedisCluster):
@@ -139,6 +140,13 @@ async def create_redis(url: str, mode: str, timeout_s: float) -> aioredis.Redis:
         await asyncio.wait_for(client.initialize(), DETECT_TIMEOUT_S)
     # commands initialise it later; the gateway serves meanwhile (an unreachable cluster: RedisClusterException)
     except (RedisError, RedisClusterException, OSError, TimeoutError) as e:
+        if NOT_A_CLUSTER in str(e):
+            # A server that answered and is no cluster: `mode: cluster` is a configuration error, not an
+            # outage to fail open on (every command would re-run an initialisation that can never succeed).
+            await client.aclose()
+            raise RedisClusterException(
+                f"redis at {_safe(url)} is not a cluster ({NOT_A_CLUSTER!r}): set `redis: {{mode: auto}}` or "
+                "`standalone`, or point `redis.url` at a cluster node") from e
         log.warning("redis cluster at %s: no slot map yet (%s: %s)", _safe(url), type(e).__name__, e)
     except BaseException:  # cancelled: the gateway is shutting down while it connects, so stop connecting
         await client.aclose()

@@ -80,7 +80,8 @@ async def test_a_deadline_whose_cancel_redis_py_swallowed_is_a_timeout(redis: ai
         with pytest.raises(RedisUnavailable) as caught:
             await asyncio.wait_for(guard.call(blocked), 10)
         errors.append(str(caught.value))
-    assert any("after the deadline" in e for e in errors)  # the sweep reached the swallowed-cancel window
+    if sys.version_info < (3, 12):  # from 3.12 wait_for never loses a cancel: no such window to reach
+        assert any("after the deadline" in e for e in errors)  # the sweep reached the swallowed-cancel window
     assert guard._breakers[""].failures == len(errors)  # each one a failure, none a success
     assert guard.metrics.redis_errors.labels("cache")._value.get() == len(errors)
     assert asyncio.current_task().cancelling() == 0  # the guard took back every cancel of its own
