@@ -281,6 +281,14 @@ class Table:
         return "\n".join(lines)
 
 
+def _at_least_one(text: str) -> int:
+    """--repeats: a round count; 0 would leave no round to take the best of."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="16 requests, prompts 32-128, outputs 16-64, 200 leak requests")
@@ -296,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-cache-memory", type=int, default=512 * 2**20)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=2,
+    p.add_argument("--repeats", type=_at_least_one, default=2,
                    help="throughput rounds (engine, then each HF baseline); each side's best counts")
     # 8, not the engine's 4: verifying k+1 positions costs about two decode steps here (fp32 GEMM at small M
     # is far slower than GEMV on this CPU), so short drafts do not pay (measured: k=2 0.96x, k=4 1.28x, k=8 1.63x)
