@@ -51,9 +51,11 @@ server: {{data_dir: "{tmp_path}"}}
                              str(port), "--log-level", "WARNING"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     gw = Url(f"http://127.0.0.1:{port}")
     try:
-        wait_ready(gw.url, proc, timeout=120)  # /health: the process listens; the model is still loading
+        wait_ready(gw.url, proc, timeout=120)  # /health: the process listens; the semantic cache is not ready
         status, reasons = readiness(gw.url)
-        assert status == 503 and "semantic cache model loading" in reasons, reasons
+        # Which step it names depends on how fast the model loads (its compiled graph may be cached from an
+        # earlier run, and then the entries' load from Redis is what is left): any, as long as one is named.
+        assert status == 503 and reasons and all(r.startswith("semantic cache") for r in reasons), reasons
         # Answered by the backend meanwhile; its semantic entry waits for the model instead of being dropped.
         completion, headers = ask(gw, "How many legs does a spider have?")
         assert headers["x-cache"] == "MISS"
