@@ -166,14 +166,19 @@ async def test_a_dead_replica_is_routed_around_and_a_restarted_one_learnt_again(
             return out
 
         # A stale prompt is learnt when it is next routed to r2, which may take more than one round when another
-        # replica holds it too: the last of three rounds is where every prediction should hold.
-        for _ in range(3):
+        # replica holds it too (and more under CPU load, where load decisions send a prompt elsewhere): from the
+        # third round on, one whole round of 12 requests must find every prediction holding, within 6 rounds.
+        rounds: list[tuple[float, float]] = []  # r2's (predicted, reported) per round
+        for _ in range(6):
             await run_conversations(chat_and_mark, **{**WORKLOAD, "users": 12, "turns": 1, "concurrency": 1})
+            this_round = steps[-12:]
+            rounds.append((sum(p for p, _ in this_round), sum(r for _, r in this_round)))
+            if len(rounds) >= 3 and rounds[-1][0] > 0 and rounds[-1][1] >= 0.8 * rounds[-1][0]:
+                break  # the view learnt: its predictions hold again
         predicted, reported = next((p, r) for p, r in steps[:12] if p > 0)
         assert reported < 0.5 * predicted  # r2's first predicted hit after the restart did not come
-        predicted = sum(p for p, _ in steps[24:])
-        reported = sum(r for _, r in steps[24:])
-        assert predicted > 0 and reported >= 0.8 * predicted  # the view learnt: its predictions hold again
+        predicted, reported = rounds[-1]
+        assert predicted > 0 and reported >= 0.8 * predicted, rounds  # the view learnt: its predictions hold again
     finally:
         await client.close()
 
