@@ -55,3 +55,23 @@ class LoopTimeout:
         self._handle.cancel()
         if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
+        if exc_type is None:
+            # The body returned although a cancel was sent into it: on Python 3.11 redis-py writes each command
+            # under `asyncio.wait_for`, which returns the write's result instead of raising when a cancel lands
+            # after the write finished but before wait_for resumed (the cause of semantic.py's follower hang,
+            # see SemanticCache.close); the command then reads its reply as if nothing happened. Answer as the
+            # delivered cancel would have been: a caller's cancel (still counted by the task, never
+            # uncancelled) raises CancelledError, so a request whose client has gone does not go on; this
+            # deadline's own raises TimeoutError, so a reply that came only after it is a failure, not a
+            # success that resets a breaker while Redis is slow.
+            if self._task.cancelling() > self._cancelling:
+                raise asyncio.CancelledError
+            if self._expired:
+                raise TimeoutError("reply after the deadline (its cancel was lost inside the awaited call)")
+
+
+def retrieve(fut: asyncio.Future) -> None:
+    """A done callback for a future nobody may await any more (abandoned after a timeout, a cancel, or a
+    client that left): read its outcome, so its error is not logged as never retrieved."""
+    if not fut.cancelled():
+        fut.exception()

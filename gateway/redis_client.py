@@ -26,6 +26,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 
+from gateway.deadline import retrieve
+
 log = logging.getLogger("gateway.redis")
 DETECT_TIMEOUT_S = 2.0
 REFRESH_EVERY_S = 0.5  # at most one background slot-map refresh per this long, however many calls fail
@@ -52,7 +54,7 @@ class ClusterClient(RedisCluster):
         if task is None or task.done():
             task = self._init_task = asyncio.ensure_future(super().initialize(*args, **kwargs))
             # Its waiters may all have given up (timeouts, cancels): its error is theirs, not the loop's to log.
-            task.add_done_callback(_retrieve)
+            task.add_done_callback(retrieve)
         try:
             await asyncio.shield(task)
         except RedisClusterException as e:
@@ -156,7 +158,7 @@ async def create_redis(url: str, mode: str, timeout_s: float) -> aioredis.Redis:
 
 async def _end(task: asyncio.Future, turns: int = 100) -> None:
     """Cancel `task` and wait until it has ended (at most `turns` tries of 10 ms). The cancel is repeated: on
-    Python 3.11 redis-py's write under asyncio.wait_for can swallow one (redis_guard._raise_lost_cancel), and
+    Python 3.11 redis-py's write under asyncio.wait_for can swallow one (see LoopTimeout.__aexit__), and
     the next lands in the read that follows, which passes it on."""
     for _ in range(turns):
         task.cancel()
@@ -164,11 +166,6 @@ async def _end(task: asyncio.Future, turns: int = 100) -> None:
         if done:
             return
     log.warning("redis cluster: an initialisation did not end on cancel; not waiting for it")
-
-
-def _retrieve(task: asyncio.Future) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 async def scan_masters(redis: Any, match: str) -> AsyncIterator[bytes]:

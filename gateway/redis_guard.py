@@ -91,13 +91,11 @@ class RedisGuard:
             raise RedisUnavailable(f"{self.component}{_at(node)}: circuit open")
         probe = breaker.tripped
         breaker.probing = probe
-        task = asyncio.current_task()
-        cancelling = task.cancelling() if task is not None else 0
         try:
-            # Not asyncio.timeout: a busy loop's own lag must not turn a reply already received into a failure.
-            async with LoopTimeout(self.timeout_s) as deadline:
+            # Not asyncio.timeout: a busy loop's own lag must not turn a reply already received into a failure;
+            # and a cancel redis-py swallowed is still answered (see LoopTimeout.__aexit__).
+            async with LoopTimeout(self.timeout_s):
                 result = await (op() if callable(op) else op)
-            _raise_lost_cancel(task, cancelling, deadline)
         # RedisClusterException: a cluster none of whose nodes answers its initialisation (not a RedisError)
         except (TimeoutError, OSError, RedisError, RedisClusterException) as e:
             self._record_failure(node, breaker, e, probe)
@@ -122,23 +120,6 @@ class RedisGuard:
             breaker.tripped = True
             if not probe:
                 log.warning("redis %s%s: %s; skipping Redis for %.1fs", self.component, _at(node), e, self.open_s)
-
-
-def _raise_lost_cancel(task: asyncio.Task | None, cancelling: int, deadline: LoopTimeout) -> None:
-    """Raise what a cancel that an op swallowed should have raised.
-
-    On Python 3.11 redis-py writes each command under `asyncio.wait_for`, which returns the write's result
-    instead of raising when a cancel lands after the write finished but before wait_for resumed (the cause of
-    semantic.py's follower hang, see SemanticCache.close). The op then reads its reply and returns as if
-    nothing happened. A caller's cancel lost that way let a request whose client had gone on to the backend;
-    the deadline's own cancel lost that way let the op wait out redis-py's 1 s socket timeout and be counted
-    as a success, resetting the breaker's failures while Redis was slow. So an op that returns is still
-    answered as a delivered cancel would have been: the caller's cancel (still counted by the task, never
-    uncancelled) raises CancelledError, and an expired deadline raises TimeoutError (a failure)."""
-    if task is not None and task.cancelling() > cancelling:
-        raise asyncio.CancelledError
-    if deadline.expired():
-        raise TimeoutError("reply after the deadline (its cancel was lost inside the command)")
 
 
 def _at(node: str) -> str:

@@ -7,6 +7,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.deadline import retrieve
+
 DONE_EVENT = b"data: [DONE]\n\n"
 
 
@@ -236,13 +238,14 @@ class CoalescingWriter:
             coro.close()
             failed = self.loop.create_future()
             failed.set_exception(e)
-            failed.add_done_callback(_retrieve)
+            failed.add_done_callback(retrieve)
             self._last = failed
             return
         if waiting is not None:
             waiting._asyncio_future_blocking = False  # taken over, as a Task would, so it can be awaited again
         self._last = asyncio.ensure_future(_resume(coro, waiting))
-        self._last.add_done_callback(_retrieve)
+        # A failed write means the client is gone; the handler learns it from its own next write or cancellation.
+        self._last.add_done_callback(retrieve)
 
     async def close(self, tail: bytes = b"") -> None:
         """Flush everything (plus `tail`), end the response (one write: the last bytes and the chunked
@@ -273,9 +276,3 @@ async def _resume(coro: Any, waiting: Any) -> None:
         pass
     finally:
         coro.close()
-
-
-def _retrieve(fut: asyncio.Future) -> None:
-    # A failed write means the client is gone; the handler learns it from its own next write or cancellation.
-    if not fut.cancelled():
-        fut.exception()

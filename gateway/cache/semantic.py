@@ -30,6 +30,7 @@ from gateway.cache.index import EntryMeta
 from gateway.cache.keys import SemanticQuery
 from gateway.cache.lean_get import LeanGet
 from gateway.cache.verifier import verify as verify_pair
+from gateway.deadline import retrieve
 from gateway.redis_client import ClusterClient, execute_partial
 from gateway.redis_guard import RedisUnavailable
 
@@ -487,7 +488,7 @@ class SemanticCache:
             stop.cancel()
             if not task.done():
                 task.cancel()
-                task.add_done_callback(_retrieve)
+                task.add_done_callback(retrieve)
         if not task.done():
             raise RedisConnectionError("semantic cache closing")
         return task.result()
@@ -561,12 +562,6 @@ def _stream_events(reply: Any) -> list[tuple[Any, dict[str, Any]]]:
             # follower still moves past its id instead of reading it again.
             events.append((event_id, {_text(flat[i]): flat[i + 1] for i in range(0, len(flat or ()), 2)}))
     return events
-
-
-def _retrieve(task: asyncio.Future) -> None:
-    """Read an abandoned task's outcome, so its error is not logged as never retrieved."""
-    if not task.cancelled():
-        task.exception()
 
 
 async def _disconnect(conn: AbstractConnection) -> None:
