@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, SlotNotCoveredError
 from redis.retry import Retry
 
 from gateway.deadline import retrieve
@@ -35,10 +35,15 @@ SCAN_COUNT = 1000
 NOT_A_CLUSTER = "Cluster mode is not enabled on this node"  # redis-py's words for a standalone server
 
 
+class SlotNotServed(RedisError):
+    """No node of the current slot map serves a key's slot (an operator's CLUSTER DELSLOTS, a resharding left
+    half-way): that key's command fails as Redis failing, which every caller fails open on or answers 503."""
+
+
 class ClusterClient(RedisCluster):
     """redis-py's asyncio cluster client, plus what the gateway needs around failovers: the node that serves a
-    key (for per-node circuit breakers), a rate-limited background slot-map refresh, and an initialisation
-    that a caller's timeout cannot cancel half-way."""
+    key (for per-node circuit breakers), a rate-limited background slot-map refresh, an initialisation
+    that a caller's timeout cannot cancel half-way, and an uncovered slot raised as a RedisError."""
 
     _init_task: asyncio.Future | None = None
     _refresh_task: asyncio.Task | None = None
@@ -62,6 +67,30 @@ class ClusterClient(RedisCluster):
             # caller's `except RedisError` (the guard's fail-open, the admin endpoints' 503) and end as a 500.
             raise RedisConnectionError(f"redis cluster: {e}") from e
         return self
+
+    async def get_nodes_from_slot(self, command: str, *args: Any) -> list:
+        # Where redis-py routes every keyed command, script and pipeline by the slot map. For a slot no node
+        # serves it raises a bare KeyError (its get_node_from_slot catches IndexError and TypeError only) or
+        # SlotNotCoveredError (not a RedisError either): both passed RedisGuard's and the admin endpoints'
+        # `except RedisError` and ended as a 500. Not ConnectionError nor SlotNotCoveredError either: a
+        # pipeline meeting those closes every connection of the client and sleeps 250 ms before its retry.
+        try:
+            return await super().get_nodes_from_slot(command, *args)
+        except (KeyError, SlotNotCoveredError) as e:
+            raise self._not_served(e) from e
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        # The same lookups after a MOVED redirect (a slot map re-read meanwhile without that slot), and the
+        # SlotNotCoveredError redis-py re-raises once its own retries are spent.
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except (KeyError, SlotNotCoveredError) as e:
+            raise self._not_served(e) from e
+
+    def _not_served(self, e: Exception) -> SlotNotServed:
+        self.refresh_soon()  # a node may serve it by now (the slots given back, or another node given them)
+        detail = f"slot {e}" if isinstance(e, KeyError) else str(e)
+        return SlotNotServed(f"redis cluster: a key's slot is served by no node in the current slot map ({detail})")
 
     def node_name(self, key: str) -> str:
         """host:port of the master that serves `key` in the current slot map ("" while it is unknown)."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge, Histogram
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.cache import keyspace as ks
 from gateway.cache.embedder import DIM, shared_embedder
@@ -233,7 +233,9 @@ class CacheStage:
             if tenant is None and model is None:
                 deleted += await self._purge_unlisted()
             return deleted
-        except (RedisError, OSError) as e:
+        # RedisClusterException: what redis-py's cluster client raises outside RedisError (SlotNotCoveredError,
+        # a command it finds no node for); a 500 otherwise
+        except (RedisError, RedisClusterException, OSError) as e:
             raise _unavailable(e) from e
 
     async def stats(self) -> dict:
@@ -248,7 +250,9 @@ class CacheStage:
                 exact_n, semantic_n = await pipe.execute()
                 namespaces.append({"tenant": tenant, "model": model, "exact_entries": int(exact_n),
                                    "semantic_entries": int(semantic_n)})
-        except (RedisError, OSError) as e:
+        # RedisClusterException: what redis-py's cluster client raises outside RedisError (SlotNotCoveredError,
+        # a command it finds no node for); a 500 otherwise
+        except (RedisError, RedisClusterException, OSError) as e:
             raise _unavailable(e) from e
         namespaces.sort(key=lambda n: (n["tenant"], n["model"]))
         lookups: dict[str, dict[str, int]] = {}
@@ -478,7 +482,7 @@ async def create_stage(resources: Resources) -> CacheStage:
     stage = CacheStage(resources)
     try:  # open a pooled connection now, so the first lookup's few-ms budget is not spent connecting
         await asyncio.wait_for(resources.redis.ping(), 1.0)
-    except (TimeoutError, RedisError, OSError) as e:
+    except (TimeoutError, RedisError, RedisClusterException, OSError) as e:
         log.warning("cache: Redis not reachable at start (%s); lookups fail open until it is", e)
     policy = resources.get_policy()
     stage.start(uses_semantic(policy))  # load the model now, not at the first semantic request
