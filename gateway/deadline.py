@@ -22,11 +22,11 @@ GRACE_TURNS = 3
 
 
 class LoopTimeout:
-    __slots__ = ("_delay", "_loop", "_task", "_handle", "_expired", "_cancelling")
+    __slots__ = ("_delay", "_loop", "_task", "_handle", "_sent", "_cancelling")
 
     def __init__(self, delay: float) -> None:
         self._delay = delay
-        self._expired = False
+        self._sent = 0  # cancels this deadline sent into the body
 
     async def __aenter__(self) -> LoopTimeout:
         task = asyncio.current_task()
@@ -43,17 +43,28 @@ class LoopTimeout:
         if left:
             self._handle = self._loop.call_soon(self._turn, left - 1)
             return
-        self._expired = True
+        self._sent += 1
         self._task.cancel()
+        # Still inside the body another delay from now: the cancel was swallowed (see __aexit__) and the body
+        # waits for a reply that may never come, up to redis-py's socket timeout (1 s, where the budget is
+        # milliseconds). Cancel again, as often as it takes: a cancel that was delivered ends the body within
+        # a turn, so this fires only for one that was lost.
+        self._handle = self._loop.call_later(self._delay, self._turn, GRACE_TURNS)
 
     def expired(self) -> bool:
-        return self._expired
+        return self._sent > 0
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._handle.cancel()
-        if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+        task = self._task
+        for _ in range(self._sent):  # take back every cancel of this deadline's own
+            task.uncancel()
+        if self._sent and task.cancelling() <= self._cancelling and exc_type is asyncio.CancelledError:
+            if self._sent > 1:
+                raise TimeoutError("deadline passed (cancelled again: its first cancel was swallowed inside the "
+                                   "awaited call)") from exc
             raise TimeoutError from exc
         if exc_type is None:
             # The body returned although a cancel was sent into it: on Python 3.11 redis-py writes each command
@@ -64,10 +75,10 @@ class LoopTimeout:
             # uncancelled) raises CancelledError, so a request whose client has gone does not go on; this
             # deadline's own raises TimeoutError, so a reply that came only after it is a failure, not a
             # success that resets a breaker while Redis is slow.
-            if self._task.cancelling() > self._cancelling:
+            if task.cancelling() > self._cancelling:
                 raise asyncio.CancelledError
-            if self._expired:
-                raise TimeoutError("reply after the deadline (its cancel was lost inside the awaited call)")
+            if self._sent:
+                raise TimeoutError("reply after the deadline (its cancel was swallowed inside the awaited call)")
 
 
 def retrieve(fut: asyncio.Future) -> None:

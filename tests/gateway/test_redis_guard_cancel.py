@@ -9,6 +9,8 @@ them falls in that window.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 
 import pytest
@@ -17,6 +19,7 @@ import redis.asyncio as aioredis
 from gateway.metrics import Metrics
 from gateway.redis_client import create_redis
 from gateway.redis_guard import RedisGuard, RedisUnavailable
+from tests.helpers import RedisServer
 
 HOPS = 24  # loop turns swept: a command's write, its wait_for and its reply fit well inside
 
@@ -81,7 +84,46 @@ async def test_a_deadline_whose_cancel_redis_py_swallowed_is_a_timeout(redis: ai
             await asyncio.wait_for(guard.call(blocked), 10)
         errors.append(str(caught.value))
     if sys.version_info < (3, 12):  # from 3.12 wait_for never loses a cancel: no such window to reach
-        assert any("after the deadline" in e for e in errors)  # the sweep reached the swallowed-cancel window
+        # the sweep reached the swallowed-cancel window: a reply after the deadline, or the BLPOP cancelled again
+        assert any("swallowed" in e for e in errors)
     assert guard._breakers[""].failures == len(errors)  # each one a failure, none a success
     assert guard.metrics.redis_errors.labels("cache")._value.get() == len(errors)
     assert asyncio.current_task().cancelling() == 0  # the guard took back every cancel of its own
+
+
+async def test_a_deadline_whose_cancel_redis_py_swallowed_does_not_wait_out_the_socket_timeout() -> None:
+    # Redis stalls (SIGSTOP: the kernel still takes the command, nobody answers). Where the deadline's cancel
+    # lands in redis-py's write and is swallowed, the command goes on to read a reply that never comes: before,
+    # the call waited out the client's 1 s socket timeout (so did the request behind it) instead of its budget.
+    server = RedisServer().start()
+    client = await create_redis(server.url, "single", 0.25)  # the gateway's settings: socket_timeout 1 s
+    assert server.proc is not None
+    pid = server.proc.pid
+    guard = RedisGuard(Metrics(), "cache", 0.0, failures_to_open=1000)
+    loop = asyncio.get_running_loop()
+    took: list[float] = []
+    errors: list[str] = []
+    try:
+        for n in range(12):
+            await client.ping()  # a connected pool connection (a cancelled command drops its own)
+            os.kill(pid, signal.SIGSTOP)
+
+            async def stalled(n: int = n) -> object:
+                await hops(n)  # shifts the command against the deadline's fixed turn
+                return await client.get("k")
+
+            started = loop.time()
+            with pytest.raises(RedisUnavailable) as caught:
+                await asyncio.wait_for(guard.call(stalled), 10)
+            took.append(loop.time() - started)
+            errors.append(str(caught.value))
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await client.aclose()
+        server.stop()
+    if sys.version_info < (3, 12):  # the sweep reached the window where redis-py's write swallows a cancel
+        assert any("cancelled again" in e for e in errors), errors
+    assert max(took) < 0.5, (took, errors)  # before: ~1.0 s where the cancel was swallowed
+    assert guard._breakers[""].failures == len(errors)
+    assert asyncio.current_task().cancelling() == 0  # every cancel of the guard's own taken back
