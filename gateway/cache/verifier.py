@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gateway.cache import lexicon as lx
+from gateway.cache import wordnet as wn
 from gateway.cache.normalize import known_words, semantic_form, typo_equal
 
 # Every reason a candidate can be turned down for (the metric's label values).
@@ -181,7 +182,60 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if _substituted_name(a.named, b.named) or (a.cjk_core and b.cjk_core
                                                and _cjk_topic_substituted(a.cjk_core, b.cjk_core)):
         return "entity"
+    return _lexical_change(a.words, b.words)
+
+
+# ---- WordNet: another thing of one kind, or the opposite word ------------------------------------------------
+
+
+def _lexical_change(wa: tuple[str, ...], wb: tuple[str, ...]) -> str | None:
+    """A content word only one text has, against one only the other has, that WordNet reads as the opposite
+    ("tender" / "tough": "antonym") or as another thing of the same narrow kind ("guitar" / "violin",
+    "Croatia" / "Hungary", "nurse" / "pharmacist": "entity"), however the rest was reworded. A word WordNet
+    reads as the same thing as a word of the other text ("physician" / "doctor", "puppy" / "dog") is matched,
+    not a change."""
+    ua, ub = _wn_units(wa), _wn_units(wb)
+    stems_a, stems_b = {_canon(w) for w in wa} | set(ua), {_canon(w) for w in wb} | set(ub)
+    only_a = [x for x in ua if x not in stems_b and _canon(x) not in stems_b]
+    only_b = [y for y in ub if y not in stems_a and _canon(y) not in stems_a]
+    if not only_a or not only_b:
+        return None
+    matched_a = {x for x in only_a if any(wn.relation(x, y) == "same" for y in ub)}
+    matched_b = {y for y in only_b if any(wn.relation(x, y) == "same" for x in ua)}
+    for x in only_a:
+        for y in only_b:
+            # Opposites count unless one text takes both sides ("speed up my slow computer" / "make it
+            # faster") or one of the pair is matched as a word the other text has while the other is not
+            # ("the company sues an employee" / "an employer sues a worker"); sides exchanged across both
+            # texts ("tighten a loose bolt" / "loosen a tight bolt") do count.
+            if (x in matched_a) == (y in matched_b) and wn.relation(x, y) == "antonym":
+                return "antonym"
+    only_a = [x for x in only_a if x not in matched_a]
+    only_b = [y for y in only_b if y not in matched_b]
+    if any(wn.relation(x, y) == "sibling" for x in only_a for y in only_b):
+        return "entity"
     return None
+
+
+@lru_cache(maxsize=4096)
+def _wn_units(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The text's content words in a common form for WordNet: two words WordNet has as one noun ("baking
+    soda", "guinea pig") as that noun; function, asking and number words out; stems as the verifier reads
+    them so that "cats" and "cat" are one word."""
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if i + 1 < len(words) and w.isalpha() and words[i + 1].isalpha() and not _weak(w) and not _weak(words[i + 1]):
+            compound = wn.is_noun_compound(w, words[i + 1])
+            if compound:
+                out.append(compound)
+                i += 2
+                continue
+        if w.isalpha() and len(w) >= 3 and not _weak(w) and w not in _FUNCTION:
+            out.append(w)
+        i += 1
+    return tuple(dict.fromkeys(out))
 
 
 # ---- pairwise checks ---------------------------------------------------------------------------------------
