@@ -217,6 +217,12 @@ def _lexical_change(wa: tuple[str, ...], wb: tuple[str, ...]) -> str | None:
     return None
 
 
+def _wn_same(new_a: list[str], new_b: list[str]) -> bool:
+    """Every word of each side is one WordNet reads as the same thing as a word of the other side."""
+    return (all(any(wn.relation(x, y) == "same" for y in new_b) for x in new_a)
+            and all(any(wn.relation(x, y) == "same" for x in new_a) for y in new_b))
+
+
 @lru_cache(maxsize=4096)
 def _wn_units(words: tuple[str, ...]) -> tuple[str, ...]:
     """The text's content words in a common form for WordNet: two words WordNet has as one noun ("baking
@@ -1291,6 +1297,10 @@ def _edited(a: tuple[str, ...], b: tuple[str, ...], nearly_equal: bool) -> str |
         if not new_a and not new_b:
             continue
         if _same_words(seg_a, seg_b):
+            continue
+        if new_a and len(new_a) == len(seg_a) == len(seg_b) == len(new_b) and _wn_same(new_a, new_b):
+            # "doctor" / "physician", "teach" / "train", "sofa" / "couch": one thing in WordNet, put word for
+            # word (not "show hidden files" / "hide files", where a word went with the change)
             continue
         if new_a and new_b and abs(len(seg_a) - len(seg_b)) < 3:  # a word for a word, not a clause rewritten
             tags = _polar(seg_a)
