@@ -66,7 +66,17 @@ class Gateway:
         # One server or a Redis Cluster (redis.mode, detected from the seed node by default): redis_client.py.
         # The embedded Redis (the CLI passed its socket) is one server: nothing to detect.
         mode = "single" if policy.redis.url == "embedded" else policy.redis.mode
-        self.redis = await create_redis(self._redis_url, mode, timeout_s)
+        self.redis = await create_redis(self._redis_url, mode, timeout_s)  # closes its own client on a cancel
+        try:
+            await self._build(policy, timeout_s)
+        except BaseException:
+            # Cancelled by a shutdown during start-up, or a step that failed: nobody calls close() for a gateway
+            # that never started (aiohttp runs a cleanup context's exit only after its start finished), so
+            # close what was built here, the Redis client's connections and tasks above all.
+            await self.close()
+            raise
+
+    async def _build(self, policy: Policy, timeout_s: float) -> None:
         # Limits get a wider budget than cache lookups: failing open there lets traffic past a tenant's limit.
         self.limiter = RateLimiter(self.redis, self.metrics, max(timeout_s * 10, 0.05))
         try:
@@ -102,16 +112,24 @@ class Gateway:
         gc.freeze()
 
     async def close(self) -> None:
-        for stage in self.stages:
-            await stage.close()
-        await self.router.close()
-        for task in list(self._retiring):
-            task.cancel()
-        for backend in self._retired:
-            await backend.close()
-        await self.snapshot.backends.close()
-        await self.http.close()
-        await self.redis.aclose()
+        """Close everything start() built; also after a start() that did not finish (what it did not build yet
+        is skipped)."""
+        built = vars(self)
+        try:
+            for stage in self.stages:
+                await stage.close()
+            await self.router.close()
+            for task in list(self._retiring):
+                task.cancel()
+            for backend in self._retired:
+                await backend.close()
+            if "snapshot" in built:
+                await self.snapshot.backends.close()
+            if "http" in built:
+                await self.http.close()
+        finally:  # whatever failed above, Redis's connections and the cluster client's tasks end
+            if "redis" in built:
+                await self.redis.aclose()
 
     async def apply_policy(self, policy: Policy) -> None:
         """Swap to a new policy; unchanged backends are kept, replaced ones close after their requests."""

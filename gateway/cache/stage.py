@@ -480,10 +480,14 @@ def uses_semantic(policy: Policy) -> bool:
 
 async def create_stage(resources: Resources) -> CacheStage:
     stage = CacheStage(resources)
-    try:  # open a pooled connection now, so the first lookup's few-ms budget is not spent connecting
-        await asyncio.wait_for(resources.redis.ping(), 1.0)
-    except (TimeoutError, RedisError, RedisClusterException, OSError) as e:
-        log.warning("cache: Redis not reachable at start (%s); lookups fail open until it is", e)
-    policy = resources.get_policy()
-    stage.start(uses_semantic(policy))  # load the model now, not at the first semantic request
+    try:
+        try:  # open a pooled connection now, so the first lookup's few-ms budget is not spent connecting
+            await asyncio.wait_for(resources.redis.ping(), 1.0)
+        except (TimeoutError, RedisError, RedisClusterException, OSError) as e:
+            log.warning("cache: Redis not reachable at start (%s); lookups fail open until it is", e)
+        policy = resources.get_policy()
+        stage.start(uses_semantic(policy))  # load the model now, not at the first semantic request
+    except BaseException:  # start-up cancelled here: the gateway never holds this stage to close it
+        await stage.close()
+        raise
     return stage
