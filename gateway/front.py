@@ -9,8 +9,9 @@ Protocol on httptools adds 0.18 ms. The pipeline is the same for both servers: `
 A connection starts here. `POST /v1/chat/completions` and `POST /v1/completions` with a Content-Length body
 (or none) within `server.max_body_bytes` are served by `FrontExchange`: keep-alive, pipelining (one request at
 a time, in order), `Connection: close`, HTTP/1.0, Content-Length answers, chunked SSE with flow control, the
-handler cancelled when the client goes away (as aiohttp's `handler_cancellation=True`). Anything else (another
-path or method, a chunked body, `Expect`, `Upgrade`, a body over the limit, headers near the parser limits,
+handler cancelled when the client goes away (as aiohttp's `handler_cancellation=True`), a body that has not all
+arrived within `handlers.BODY_TIMEOUT_S` of its headers answered 408 and its connection closed. Anything else
+(another path or method, a chunked body, `Expect`, `Upgrade`, a body over the limit, headers near the parser limits,
 malformed HTTP) is handed over at that request's headers (or parse error): aiohttp's `RequestHandler` (the
 AppRunner's `web.Server` is its factory) takes the transport and is fed the raw bytes from that request on,
 and owns the connection from then on. So aiohttp's own behaviour (the 400 envelope for malformed HTTP from
@@ -31,7 +32,7 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
 from gateway.appkeys import GATEWAY
-from gateway.handlers import HOT_PATHS, JSON, Exchange, envelope
+from gateway.handlers import BODY_TIMEOUT_S, HOT_PATHS, JSON, Exchange, body_timeout, envelope
 from gateway.timers import LazyTimer
 
 log = logging.getLogger("gateway")
@@ -42,6 +43,9 @@ _REASONS = {s.value: s.phrase for s in HTTPStatus}
 # Request headers that send a request to aiohttp: noted as they are parsed, one set lookup each, so the
 # headers' end checks one flag.
 _HAND_OVER_HEADERS = frozenset({"transfer-encoding", "expect", "upgrade"})
+# After a 408 for a body that did not come: how long what the client still sends is read and dropped before the
+# connection closes, so the kernel does not reset it (unread bytes at close) over the answer before it is read.
+LINGER_S = 2.0
 
 
 class _HandOver(Exception):
@@ -150,12 +154,14 @@ class FrontConnection(asyncio.Protocol):
         self.pending: deque[FrontExchange] = deque()  # parsed, waiting for the one in flight (pipelining)
         self.task: asyncio.Task | None = None
         self.handing_over = False  # parsing stopped: the rest is aiohttp's once the requests before it are done
+        self.refused = False  # a body came too late: parsing stopped, the connection closes after the 408
         self.closing = False  # shutting down: close once the request in flight is answered
         self.writing_paused = False
         self.reading_paused = False
         self.drain_waiter: asyncio.Future | None = None
-        # When an idle connection closes; disarmed while a request is arriving or in flight.
-        self.timer = LazyTimer(self.loop, self._idle)
+        # When an idle connection closes, or when a request whose headers came must have its whole body
+        # (`_expire`); disarmed while a request is in flight.
+        self.timer = LazyTimer(self.loop, self._expire)
         self.max_line, self.max_field, self.max_headers = front.max_line, front.max_field, front.max_headers
         self._reset_request()
 
@@ -179,6 +185,8 @@ class FrontConnection(asyncio.Protocol):
         self._arm_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return  # read and dropped until the connection closes
         self.raw += data
         if self.handing_over:
             return
@@ -270,12 +278,16 @@ class FrontConnection(asyncio.Protocol):
         self.content_length = content_length
         self.version = version
         self.keep_alive = version == "1.1" and parser.should_keep_alive()
-        self.timer.disarm()
+        if content_length:  # the body must follow within the deadline, however it trickles (on_message_complete)
+            self.timer.arm(self.loop.time() + self.front.body_timeout)
+        else:
+            self.timer.disarm()
 
     def on_body(self, body: bytes) -> None:
         self.body_parts.append(body)
 
     def on_message_complete(self) -> None:
+        self.timer.disarm()  # the body's deadline, if it had one
         parts = self.body_parts
         path, serve = self.hot
         ex = FrontExchange(self, path, serve, self.headers, self.content_length,
@@ -309,6 +321,11 @@ class FrontConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
+        if self.refused and not self.pending:  # the 408 went out: shut the write side, drop what still comes
+            if transport.can_write_eof():
+                transport.write_eof()
+            self.timer.arm(self.loop.time() + LINGER_S)
+            return
         if not ex.ended or not ex.keep_alive or self.closing:
             transport.close()
             return
@@ -341,12 +358,36 @@ class FrontConnection(asyncio.Protocol):
     # ---- idle connections ----------------------------------------------------------------------------------
     def _arm_timer(self) -> None:
         """aiohttp's keep-alive rule: a connection whose next request's headers have not all arrived within
-        `server.header_timeout_s` (counted from the connection's start or its last answer) is closed."""
-        self.timer.arm(self.loop.time() + self.front.header_timeout)
+        `server.header_timeout_s` (counted from the connection's start or its last answer) is closed. (A request
+        whose headers came while the last one was in flight keeps its body's deadline.)"""
+        if self.hot[1] is None:
+            self.timer.arm(self.loop.time() + self.front.header_timeout)
 
-    def _idle(self) -> None:
+    def _expire(self) -> None:
+        if self.hot[1] is not None and not self.refused:
+            return self._body_late()
         if self.task is None and self.transport is not None:
             self.transport.close()
+
+    def _body_late(self) -> None:
+        """A request's headers came and its whole body has not within the deadline: answer 408 (after the
+        requests before it, in order) and close. Nothing more is parsed; what the client still sends is read and
+        dropped, so it cannot fill the buffers, and the 408 is not lost to a reset."""
+        transport = self.transport
+        if transport is None:
+            return
+        path, _ = self.hot
+        ex = FrontExchange(self, path, _late_body, self.headers, self.content_length, b"", self.version, False)
+        self.refused = True
+        self.raw.clear()
+        self._reset_request()
+        if self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
+        if self.task is None:
+            self._start(ex)
+        else:
+            self.pending.append(ex)
 
     def shutdown(self) -> None:
         """Stop serving: close now if idle, else once the request in flight is answered."""
@@ -354,6 +395,11 @@ class FrontConnection(asyncio.Protocol):
         self.pending.clear()
         if self.task is None and self.transport is not None:
             self.transport.close()
+
+
+async def _late_body(ex: FrontExchange) -> None:
+    """The request of a body that did not arrive in time: the envelope answers the 408 (and counts it)."""
+    raise body_timeout(ex.conn.front.body_timeout)
 
 
 class Front:
@@ -370,6 +416,7 @@ class Front:
         self.max_line = self.max_field = server.max_header_bytes
         self.max_headers = server.max_headers
         self.header_timeout = server.header_timeout_s
+        self.body_timeout = BODY_TIMEOUT_S
         self.connections: set[FrontConnection] = set()
         self.server: asyncio.Server | None = None
         self.loop = asyncio.get_running_loop()

@@ -28,6 +28,11 @@ JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ENDPOINT_PARAMS: dict[Endpoint, str] = {CHAT: "messages", COMPLETIONS: "prompt", EMBEDDINGS: "input"}
 # The backend call that answers each endpoint, whole or streamed: explicit callables, not method names.
+# How long a request's body may take to arrive once its headers have, on both servers: a client that sends headers
+# and then stalls or trickles its body is answered 408 and its connection closed, instead of holding the connection
+# (and on aiohttp's server a handler) forever. A total, not an idle timeout: a byte every few seconds would keep an
+# idle timer from ever firing. A 10 MB body (server.max_body_bytes' default) still fits at under 2 Mbit/s.
+BODY_TIMEOUT_S = 60.0
 # A client's X-Request-Id is echoed in headers, logs and JSON only if it is plain visible ASCII of sane length;
 # anything else (control bytes, non-UTF-8, spaces) is replaced by a fresh id.
 REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}\Z")
@@ -38,6 +43,12 @@ def new_request_id() -> str:
     which reseeds itself in a forked child), and not a counter, so ids do not tell one tenant how much traffic
     a worker served another between two of its requests."""
     return f"{random.getrandbits(128):032x}"
+
+
+def body_timeout(seconds: float) -> GatewayError:
+    """The 408 for a request whose body did not arrive within `seconds` of its headers."""
+    return GatewayError(408, f"The request body did not arrive within {seconds:g} seconds.", "invalid_request_error",
+                        "request_timeout")
 
 
 def json_response(body: Any, headers: dict[str, str] | None = None, status: int = 200) -> web.Response:
@@ -105,10 +116,19 @@ class AiohttpExchange(Exchange):
         self.response: web.StreamResponse | None = None
 
     async def read(self) -> bytes:
-        return await self.request.read()
+        # aiohttp's server has no deadline of its own on a body (its keep-alive timer runs only between requests):
+        # the requests the front hands over (a chunked body, Expect: 100-continue) get the front's.
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                return await self.request.read()
+        except TimeoutError:
+            raise body_timeout(BODY_TIMEOUT_S) from None
 
     def reply(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
-        self.adopt(web.Response(body=body, status=status, content_type=JSON, headers=headers))
+        response = web.Response(body=body, status=status, content_type=JSON, headers=headers)
+        if status == 408:  # the body never came whole: the connection is not reused (aiohttp drains what it can)
+            response.force_close()
+        self.adopt(response)
 
     def adopt(self, response: web.StreamResponse) -> None:
         """A response an aiohttp handler made (or `reply` did): counted by its status, the request id added."""

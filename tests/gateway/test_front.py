@@ -287,3 +287,129 @@ def test_a_client_that_pipelines_and_never_reads_is_not_answered_without_limit(g
         assert waiting < 4 << 20
     finally:
         c.close()
+
+
+# ---- the body's deadline -------------------------------------------------------------------------------------
+
+DEADLINE_S = 0.5  # the tests' body deadline (60 s by default)
+
+
+def short_deadline(srv, monkeypatch) -> None:
+    """Both servers' body deadline cut to DEADLINE_S: the front's own, and aiohttp's for handed-over requests."""
+    import gateway.handlers
+
+    srv._front.body_timeout = DEADLINE_S
+    monkeypatch.setattr(gateway.handlers, "BODY_TIMEOUT_S", DEADLINE_S)
+
+
+def assert_408(status: int, headers: dict[str, str], body: bytes) -> None:
+    assert status == 408, body
+    assert headers["content-type"] == "application/json" and len(headers["x-request-id"]) == 32
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "request_timeout" and error["type"] == "invalid_request_error"
+    assert f"{DEADLINE_S:g} seconds" in error["message"] and error["param"] is None
+
+
+def late(content: str) -> tuple[bytes, bytes]:
+    """A chat request cut in two: its headers with the body's first bytes, and the rest of the body."""
+    whole = chat(content)
+    cut = whole.index(b"\r\n\r\n") + 10
+    return whole[:cut], whole[cut:]
+
+
+def test_a_body_that_stalls_is_answered_408_and_the_connection_closed(gw, monkeypatch) -> None:
+    _, srv = gw
+    short_deadline(srv, monkeypatch)
+    head, _ = late("never finished")
+    c = Client(srv.url)
+    try:
+        c.sock.settimeout(5)  # before: nothing came, ever (recv timed out here)
+        started = time.monotonic()
+        c.send(head)
+        status, headers, body, _ = c.response()
+        assert DEADLINE_S <= time.monotonic() - started < DEADLINE_S + 2
+        assert_408(status, headers, body)
+        assert headers["connection"] == "close"
+        assert c.closed()
+    finally:
+        c.close()
+    assert scrape(srv)[series("gateway_requests_total", route="none", backend="none", status="408")] == 1
+    assert settled(srv) == []  # the connection is gone on the gateway's side too
+
+
+def test_a_trickled_body_gets_a_total_deadline_not_an_idle_one(gw, monkeypatch) -> None:
+    _, srv = gw
+    short_deadline(srv, monkeypatch)
+    head, rest = late("one byte at a time")
+    c = Client(srv.url)
+    try:
+        c.send(head)
+        started = time.monotonic()
+        c.sock.settimeout(0.1)
+        for byte in rest[:-1]:  # a byte every 0.1 s: never idle for the deadline, never whole either
+            try:
+                c.send(bytes([byte]))
+            except OSError:  # the gateway shut its side after the 408: what was sent meanwhile was dropped
+                break
+            try:
+                if c._more():
+                    break
+            except TimeoutError:
+                pass
+            assert time.monotonic() - started < DEADLINE_S + 3, "no answer while the body trickled"
+        c.sock.settimeout(5)
+        assert_408(*c.response()[:3])
+    finally:
+        c.close()
+
+
+def test_a_body_that_comes_whole_in_time_is_served(gw, monkeypatch) -> None:
+    """The deadline counts from the headers to the body's last byte; a pause shorter than it costs nothing."""
+    _, srv = gw
+    short_deadline(srv, monkeypatch)
+    head, rest = late("in time")
+    c = Client(srv.url)
+    try:
+        for _ in range(2):  # and the connection is kept alive after it
+            c.send(head)
+            time.sleep(DEADLINE_S / 3)
+            c.send(rest)
+            status, _, body, _ = c.response()
+            assert status == 200 and answer(body) == "echo: in time"
+        time.sleep(DEADLINE_S * 2)  # idle between requests: the header timeout's (15 s), not the body's
+        c.send(chat("still open"))
+        assert answer(c.response()[2]) == "echo: still open"
+    finally:
+        c.close()
+
+
+def test_a_late_body_behind_a_request_in_flight_is_answered_after_it(gw, monkeypatch) -> None:
+    fake, srv = gw
+    short_deadline(srv, monkeypatch)
+    fake.delay_headers = DEADLINE_S * 3  # the first answer is still in flight when the second's deadline passes
+    head, _ = late("second, never finished")
+    c = Client(srv.url)
+    try:
+        c.send(chat("first") + head)
+        status, _, body, _ = c.response()
+        assert status == 200 and answer(body) == "echo: first"
+        assert_408(*c.response()[:3])
+        assert c.closed()
+    finally:
+        c.close()
+
+
+def test_a_chunked_body_that_stalls_on_aiohttps_server_is_answered_408(gw, monkeypatch) -> None:
+    """A chunked body is aiohttp's to read (handed over): the same deadline holds there."""
+    _, srv = gw
+    short_deadline(srv, monkeypatch)
+    c = Client(srv.url)
+    try:
+        c.sock.settimeout(5)  # before: the handler waited for the rest of the body for ever
+        c.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"mod\r\n")
+        status, headers, body, _ = c.response()
+        assert_408(status, headers, body)
+        assert headers["connection"] == "close"
+    finally:
+        c.close()
