@@ -124,6 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             served = sum(r.verified and r.similarity >= threshold for r in rs)
             cells.append(f"{served}/{len(rs)}")
         print(f"| {split} | " + " | ".join(cells) + " |")
+    print()
+    print("per language at that threshold, verifier on (served / pairs):")
+    print("| split | language | should-hits served | traps served |")
+    print("|---|---|---|---|")
+    for split in (*splits, *args.pairs):
+        for lang in sorted({r.pair.extra["lang"] for r in results[split]}):
+            rs = [r for r in results[split] if r.pair.extra["lang"] == lang]
+            same = [r for r in rs if r.pair.same]
+            traps = [r for r in rs if not r.pair.same]
+            hits = sum(r.verified and r.similarity >= threshold for r in same)
+            wrong = sum(r.verified and r.similarity >= threshold for r in traps)
+            print(f"| {split} | {lang} | {hits}/{len(same)} | {wrong}/{len(traps)} |")
     if args.misses:
         print()
         for r in (r for name in (args.pairs if args.misses == "pairs" else ["tune"]) for r in results[name]):
