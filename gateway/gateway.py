@@ -162,10 +162,13 @@ class Gateway:
 
     async def charge(self, ctx: RequestContext, usage: dict | None) -> None:
         """Charge the answer's tokens to the tenant's TPM: before the answer goes out, so the tenant's next
-        request is admitted against them (nothing to do, and no await, for a tenant without a TPM limit)."""
+        request is admitted against them (nothing to do, and no await, for a tenant without a TPM limit).
+
+        Shielded: a client that hangs up while the charge is on its way to Redis cancels its request's task,
+        but the tokens are spent all the same; the charge runs to its end (the cancel is raised at once)."""
         if usage and ctx.tenant.limits.tpm:
-            await self.limiter.charge_tokens(
-                ctx.tenant, int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0))
+            await asyncio.shield(self.limiter.charge_tokens(
+                ctx.tenant, int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)))
 
     def count_tokens(self, usage: dict | None) -> None:
         """The answer's tokens in the metrics: the hot path counts them after its answer is written (the

@@ -257,11 +257,16 @@ async def generate(ex: Exchange, endpoint: Endpoint) -> None:
         route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
         endpoint=endpoint, body=ctx.forward_body, tenant=ctx.tenant.name,
     )
-    for stage in stages:
-        await stage.after(ctx, completion)
     usage = completion.get("usage")
-    if ctx.tenant.limits.tpm:
-        await gw.charge(ctx, usage)
+    try:
+        for stage in stages:
+            await stage.after(ctx, completion)
+    finally:
+        # The answer came: its tokens are spent, whatever happens before it goes out. A client that hangs up
+        # now cancels this task in the cache's store or in the charge itself; either way it is charged (the
+        # charge is shielded), or a tenant could spend past its TPM limit through requests it abandons.
+        if ctx.tenant.limits.tpm:
+            await gw.charge(ctx, usage)
     ctx.response_headers["X-Backend"] = ex.backend = name
     ex.reply(200, orjson.dumps(completion), ctx.response_headers)
     # Counted once the answer is on its way (the client does not wait on the metrics' locks), with no await
@@ -332,12 +337,14 @@ async def _relay_stream(
             # Charged before [DONE], as a whole answer is charged before it goes out: a one-shot client (curl)
             # hangs up the moment it reads [DONE], which cancels this task; nothing after [DONE] awaits, so
             # that cancel can cost neither the charge nor the token count, nor turn the 200 into a 499.
+            # Shielded, both: a hang-up during the charge cancels this task, not the charge, so the `finally`
+            # below must not charge an estimate on top.
+            charged = True
             usage = completion.get("usage")
             if usage:
                 await gw.charge(ctx, usage)
-            else:  # an upstream that ignores stream_options.include_usage
-                await gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks))
-            charged = True
+            elif ctx.tenant.limits.tpm:  # an upstream that ignores stream_options.include_usage
+                await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
             await out.close(DONE_EVENT)
     finally:
         if name is not None and not charged:
@@ -370,7 +377,7 @@ async def embed(ex: Exchange) -> None:
     result, name = await gw.router.call(route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
                                         endpoint=EMBEDDINGS, tenant=ctx.tenant.name)
     usage = result.get("usage")
-    await gw.charge(ctx, usage)
+    await gw.charge(ctx, usage)  # shielded: a client gone now has spent the tokens all the same
     ex.backend = name
     ex.reply(200, orjson.dumps(result), {"X-Backend": name})
     gw.count_tokens(usage)  # after the answer, as in `generate`
