@@ -23,7 +23,7 @@ from engine.layers.attention import (
     select_attention_backend,
 )
 from engine.layers.cpu_kernels import load_library
-from engine.layers.linear import pack_linear_weights, packing_available
+from engine.layers.linear import calibrate_kernel_rows, pack_linear_weights, packing_available
 from engine.layers.quant import quantize_model
 from engine.loader import load_weights
 from engine.loader.dummy import init_dummy_weights
@@ -132,6 +132,7 @@ class ModelRunner:
         cpu_fp32 = self.device.type == "cpu" and self.dtype == torch.float32
         pack_linear_weights(self.model, pack=config.pack_weights and packing_available(self.device, self.dtype),
                             kernel=load_library() if cpu_fp32 and config.c_kernels else None)
+        calibrate_kernel_rows(self.model)  # where both paths exist: which one serves how many rows, on this host
         self.model.rotary.build_tables(self.device)  # cos/sin tables stay in float32
         backend = select_attention_backend(self.device.type, flash_attn_available(), config.block_size)
         attention = FlashPagedAttention if backend == "flash_attn" else TorchPagedAttention

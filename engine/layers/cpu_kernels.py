@@ -192,13 +192,15 @@ def paged_decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Ten
     return out
 
 
-GEMV_MAX_ROWS = 12  # bench/gemv.py: the fp32 kernel beats packed oneDNN at every decode shape up to 12 rows, not
-# at 16; the int8 kernel takes the same crossover (not measured on its own: bench/gemv.py has no int8 column)
+GEMV_MAX_ROWS = 12  # bench/gemv.py on an AVX2 host: the fp32 kernel beat packed oneDNN at every decode shape up to 12
+# rows, not at 16. On an AVX-512 host (Zen 4) packed oneDNN won from 3-6 rows on: float32 layers now measure their
+# own crossover at load (linear.calibrate_kernel_rows), within 1..GEMV_MAX_ROWS. The int8 kernel keeps 12 (it has
+# no packed rival: fbgemm; not measured on its own: bench/gemv.py has no int8 column)
 
 
-def few_rows(x: torch.Tensor) -> bool:
-    """An inference input of 1..GEMV_MAX_ROWS rows: what the small-M kernels are for."""
-    return x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_ROWS and not torch.is_grad_enabled()
+def few_rows(x: torch.Tensor, max_rows: int = GEMV_MAX_ROWS) -> bool:
+    """An inference input of 1..max_rows rows: what the small-M kernels are for."""
+    return x.dim() == 2 and 0 < x.shape[0] <= max_rows and not torch.is_grad_enabled()
 
 
 def _x_ok(x: torch.Tensor, weight: torch.Tensor) -> bool:

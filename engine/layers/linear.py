@@ -8,22 +8,25 @@ is as fast or faster, and oneDNN spends first-call time on each new shape, so on
 Results differ from MKL's in the last bits (a different summation order); greedy output still matches HF
 transformers token for token (tests/engine/test_oracle.py runs with packing on, the default).
 
-Decode (issue 12): inputs of up to GEMV_MAX_ROWS rows go to the C kernel of `gemv.c` when the kernel library
-loaded: it streams each weight row once for all rows at 14-22 GB/s, where MKL and oneDNN read weights at 5-7 GB/s
+Decode (issue 12): inputs of a few rows (up to each layer's `kernel_rows`, at most GEMV_MAX_ROWS, measured per
+weight shape at load by `calibrate_kernel_rows`) go to the C kernel of `gemv.c` when the kernel library loaded. On
+the AVX2 host this was written on it streams each weight row once for all rows at 14-22 GB/s, where MKL and oneDNN read weights at 5-7 GB/s
 here (`python bench/gemv.py`: lm_head at one row 12.1 ms F.linear, 7.4 ms packed, 5.1 ms kernel; at 8 rows 29.2,
-9.9, 8.1 ms; from 16 rows packed oneDNN is as fast or faster).
+9.9, 8.1 ms; from 16 rows packed oneDNN is as fast or faster). On a Zen 4 host (AVX-512) oneDNN streams as fast
+and wins from 3-6 rows on, hence the measurement.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.cpu_kernels import few_rows, gemv, gemv_weight_ok
+from engine.layers.cpu_kernels import GEMV_MAX_ROWS, few_rows, gemv, gemv_weight_ok
 from engine.layers.quant import Int8Linear
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,7 @@ class PackedLinear(nn.Module):
         self.weight = linear.weight
         self.bias = linear.bias
         self._kernel = kernel if kernel is not None and gemv_weight_ok(self.weight, self.bias) else None
+        self.kernel_rows = GEMV_MAX_ROWS  # inputs of up to this many rows take the kernel (calibrate_kernel_rows)
         self._packed = None
         if pack:
             with torch.no_grad():
@@ -55,11 +59,18 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0] if x.dim() == 2 else 0
         bias = None if self.bias is None else self.bias.detach()
-        if self._kernel is not None and few_rows(x):
+        if self._kernel is not None and few_rows(x, self.kernel_rows):
             return gemv(self._kernel, x.contiguous(), self.weight, bias, weight_checked=True)
         if self._packed is None or rows < MIN_PACKED_ROWS:
             return F.linear(x, self.weight, self.bias)
+        return self._run_packed(x, bias)
+
+    def _run_packed(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, bias, "none", [], "")
+
+    def _run_kernel(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        assert self._kernel is not None
+        return gemv(self._kernel, x, self.weight, bias, weight_checked=True)
 
 
 def pack_linear_weights(model: nn.Module, pack: bool = True, kernel: ctypes.CDLL | None = None) -> int:
@@ -90,3 +101,63 @@ def pack_linear_weights(model: nn.Module, pack: bool = True, kernel: ctypes.CDLL
                 setattr(parent, name, packed)
                 replaced += 1
     return replaced
+
+
+CALIBRATION_ROWS = (2, 3, 4, 6, 8, 12)  # row counts timed; 1 row always takes the kernel (packed skips it anyway)
+_calibrated: dict[tuple, dict[tuple[int, int], int]] = {}  # per process: (shapes, threads) -> rows per shape
+
+
+@torch.inference_mode()
+def calibrate_kernel_rows(model: nn.Module, repeats: int = 2) -> dict[tuple[int, int], int]:
+    """Measure, per weight shape (N, K), up to how many rows the C kernel beats packed oneDNN, and set each
+    PackedLinear's `kernel_rows` to it; returns {(N, K): rows}. Layers without both paths keep their default.
+
+    The crossover is the host's, not the code's: on an AVX2 host the kernel won every decode shape through 12
+    rows (it streams weights at 14-22 GB/s where oneDNN read 5-7); on a Zen 4 host (AVX-512, ~30 GB/s) packed
+    oneDNN won from 3-6 rows on, up to 2x (lm_head at 8 rows 3.8 vs 7.8 ms): the mixed 32-request workload's
+    decode steps of 4-12 rows then ran 2.03 -> 1.49 s. So each shape is timed here, at load, as a decode step
+    sees it: one pass over every layer per row count and path, so each weight comes from memory, not cache
+    (the model is far larger than L3); each shape's time summed over its layers, the best of `repeats`
+    interleaved passes. A shape keeps the kernel up to the largest timed row count below which it never lost.
+    ~0.5 s for SmolLM2-135M, once per process for the same shapes and thread count. The two paths round
+    differently in the last bits; either matches HF transformers' greedy output (tests/engine/test_oracle.py)."""
+    layers = [m for m in model.modules() if isinstance(m, PackedLinear) and m._kernel is not None
+              and m._packed is not None]
+    if not layers:
+        return {}
+    key = (tuple(sorted({(layer.out_features, layer.in_features) for layer in layers})), torch.get_num_threads())
+    rows = _calibrated.get(key)
+    if rows is None:
+        rows = _calibrated[key] = _measure_crossover(layers, repeats)
+        log.info("small-M kernel crossover per weight shape (N, K) -> rows: %s", rows)
+    for layer in layers:
+        layer.kernel_rows = rows[(layer.out_features, layer.in_features)]
+    return dict(rows)
+
+
+def _measure_crossover(layers: list[PackedLinear], repeats: int) -> dict[tuple[int, int], int]:
+    shapes = {(layer.out_features, layer.in_features) for layer in layers}
+    best: dict[tuple[tuple[int, int], int, bool], float] = {}
+    generator = torch.Generator().manual_seed(0)
+    for m in CALIBRATION_ROWS:
+        xs = {k: torch.randn(m, k, generator=generator) for _, k in shapes}
+        for _ in range(repeats):
+            for use_kernel in (True, False):
+                spent = dict.fromkeys(shapes, 0.0)
+                for layer in layers:
+                    x, bias = xs[layer.in_features], None if layer.bias is None else layer.bias.detach()
+                    start = time.perf_counter()
+                    _ = layer._run_kernel(x, bias) if use_kernel else layer._run_packed(x, bias)
+                    spent[(layer.out_features, layer.in_features)] += time.perf_counter() - start
+                for shape, seconds in spent.items():
+                    slot = (shape, m, use_kernel)
+                    best[slot] = min(best.get(slot, seconds), seconds)
+    rows = {}
+    for shape in shapes:
+        keep = 1
+        for m in CALIBRATION_ROWS:
+            if best[(shape, m, True)] > best[(shape, m, False)]:
+                break
+            keep = m
+        rows[shape] = keep
+    return rows

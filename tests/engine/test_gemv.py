@@ -1,7 +1,8 @@
 """gemv.c, the small-M float32 kernel of the decode linears: agrees with F.linear to float rounding (tiles of
 three rows and their one/two-row remainders, a weight row count not a multiple of the 4-row tile, a K with a
-tail past the 16-float body, bias), refuses what it cannot take, and PackedLinear routes only few-row inputs to it; its int8-weight form agrees with
-F.linear on the dequantised weight and Int8Linear routes only few-row inputs to it."""
+tail past the 16-float body, bias), refuses what it cannot take, and PackedLinear routes only few-row inputs to it (up to its calibrated `kernel_rows`,
+measured once per process per shape); its int8-weight form agrees with F.linear on the dequantised weight and
+Int8Linear routes only few-row inputs to it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.cpu_kernels import GEMV_MAX_ROWS, gemv, gemv_int8, load_library
-from engine.layers.linear import PackedLinear
+from engine.layers.linear import CALIBRATION_ROWS, PackedLinear, calibrate_kernel_rows, pack_linear_weights
 from engine.layers.quant import Int8Linear, quantize_per_channel
 
 
@@ -102,3 +103,39 @@ def test_int8_linear_uses_the_kernel_for_few_rows_only(lib) -> None:
     layer._kernel = None
     assert torch.equal(fbgemm, layer(many))
     assert not torch.equal(fbgemm, F.linear(many, dequantised, layer.bias))
+
+
+@torch.inference_mode()
+def test_kernel_rows_route_each_layer(lib) -> None:
+    """A layer's `kernel_rows` (set by calibration) is where the kernel stops and the other path starts."""
+    torch.manual_seed(1)
+    linear = nn.Linear(40, 24)
+    layer = PackedLinear(linear, pack=False, kernel=lib)
+    layer.kernel_rows = 2
+    two, three = torch.randn(2, 40), torch.randn(3, 40)
+    assert torch.equal(layer(two), gemv(lib, two, linear.weight, linear.bias))
+    assert torch.equal(layer(three), F.linear(three, linear.weight, linear.bias))
+
+
+@torch.inference_mode()
+def test_calibration_sets_a_crossover_per_shape_once_per_process(lib, monkeypatch) -> None:
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN: packed layers cannot be built")
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(64, 256), nn.Linear(256, 64), nn.Linear(64, 256))
+    assert pack_linear_weights(model, pack=True, kernel=lib) == 3
+    rows = calibrate_kernel_rows(model)
+    assert set(rows) == {(256, 64), (64, 256)}
+    assert all(r in (1, *CALIBRATION_ROWS) for r in rows.values())
+    for layer in model:
+        assert layer.kernel_rows == rows[(layer.out_features, layer.in_features)]
+        for m in (layer.kernel_rows, layer.kernel_rows + 1):  # either path, the same product to float rounding
+            x = torch.randn(m, layer.in_features)
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-4)
+    # the same shapes and threads again (another engine in this process): no second measurement
+    monkeypatch.setattr("engine.layers.linear._measure_crossover", lambda *a: pytest.fail("measured twice"))
+    other = nn.Sequential(nn.Linear(64, 256), nn.Linear(256, 64))
+    pack_linear_weights(other, pack=True, kernel=lib)
+    assert calibrate_kernel_rows(other) == rows
+    assert [layer.kernel_rows for layer in other] == [rows[(256, 64)], rows[(64, 256)]]
+    assert calibrate_kernel_rows(nn.Sequential(nn.ReLU())) == {}  # no layer with both paths: nothing to measure
