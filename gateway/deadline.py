@@ -19,6 +19,8 @@ from types import TracebackType
 # Turns of the loop granted after the delay: one for the poll that reads a reply already in the buffer, one
 # for the callbacks it queued, one so the awaiting task's wake-up (queued by those) runs before the cancel.
 GRACE_TURNS = 3
+# Least time between two cancels into a body that outlives them (a tiny budget must not spin the loop).
+RECANCEL_MIN_S = 0.001
 
 
 class LoopTimeout:
@@ -49,7 +51,7 @@ class LoopTimeout:
         # waits for a reply that may never come, up to redis-py's socket timeout (1 s, where the budget is
         # milliseconds). Cancel again, as often as it takes: a cancel that was delivered ends the body within
         # a turn, so this fires only for one that was lost.
-        self._handle = self._loop.call_later(self._delay, self._turn, GRACE_TURNS)
+        self._handle = self._loop.call_later(max(self._delay, RECANCEL_MIN_S), self._turn, GRACE_TURNS)
 
     def expired(self) -> bool:
         return self._sent > 0
