@@ -372,7 +372,7 @@ def test_a_body_that_comes_whole_in_time_is_served(gw, monkeypatch) -> None:
     try:
         for _ in range(2):  # and the connection is kept alive after it
             c.send(head)
-            time.sleep(DEADLINE_S / 3)
+            time.sleep(DEADLINE_S / 5)
             c.send(rest)
             status, _, body, _ = c.response()
             assert status == 200 and answer(body) == "echo: in time"
