@@ -9,7 +9,8 @@
 
    Memory, not arithmetic, bounds this kernel: a block is a few KiB somewhere in a cache of hundreds of MiB,
    and the hardware prefetcher stops at each one's end (it was measured reading the cache at ~6 GB/s of the
-   box's ~20). So the next block's keys (values) are prefetched while the current one is scored (summed). */
+   box's ~20). So the next block's keys (values) are prefetched while the current one is scored (summed), and
+   the next work item's keys while this one's values are summed. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -162,13 +163,27 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
 #endif
         float *scores = scratch + (int64_t)thread * group * (row + head_dim);
         float *acc = scores + group * row;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < batch * num_kv_heads; item++) {
+        int nthreads = 1;
+#ifdef _OPENMP
+        nthreads = omp_get_num_threads();
+#endif
+        /* Items dealt round-robin (decodes come sorted by length, so the threads' shares stay even), which tells
+           each thread its next item: that item's key blocks are requested while this one's values are summed.
+           Without it the memory system sat idle through each item's softmax and value pass (the values were
+           already in L2): the kernel alone, batch 24, contexts 60-640, 30 layers' caches cycled, 0.81-0.84 ->
+           0.69-0.71 ms per layer (16 -> 19-20 GB/s; dynamic scheduling before). */
+        const int64_t items = batch * num_kv_heads;
+        for (int64_t item = thread; item < items; item += nthreads) {
             const int64_t b = item / num_kv_heads, kvh = item % num_kv_heads;
             const int64_t len = context_lens[b];
             const int64_t nblocks = (len + block_size - 1) / block_size;
             const int64_t *table = block_tables + b * max_blocks;
             const float *kh = k_cache + kvh * head_stride, *vh = v_cache + kvh * head_stride;
+            const int64_t next = item + nthreads;
+            const int64_t next_b = next < items ? next / num_kv_heads : b;
+            const int64_t next_blocks = next < items ? (context_lens[next_b] + block_size - 1) / block_size : 0;
+            const int64_t *next_table = block_tables + next_b * max_blocks;
+            const float *next_kh = k_cache + (next % num_kv_heads) * head_stride;
             /* Every key block is requested up front, and each value block while its key block is scored: the
                memory system then has many blocks in flight (an item's K and V fit in L2) instead of one. */
             for (int64_t blk = 0; blk < nblocks; blk++) prefetch_rows(kh + table[blk] * block_floats, block_floats);
@@ -209,6 +224,9 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
             memset(acc, 0, sizeof(float) * group * head_dim);
             for (int64_t blk = 0; blk < nblocks; blk++) {
                 const float *vb = vh + table[blk] * block_floats;
+                /* the next item's key blocks, spread evenly over this pass */
+                for (int64_t nk = blk * next_blocks / nblocks; nk < (blk + 1) * next_blocks / nblocks; nk++)
+                    prefetch_rows(next_kh + next_table[nk] * block_floats, block_floats);
                 const int64_t t0 = blk * block_size;
                 const int64_t n = len - t0 < block_size ? len - t0 : block_size;
                 for (int64_t j = 0; j < n; j++) {
