@@ -224,7 +224,12 @@ class CacheStage:
         try:
             deleted = 0
             for member in await self._redis.smembers(ks.NAMESPACES):
-                t, m, ns = orjson.loads(member)
+                parsed = _namespace(member)
+                if parsed is None:  # not a member the gateway writes: a purge of everything drops it
+                    if tenant is None and model is None:
+                        await self._redis.srem(ks.NAMESPACES, member)
+                    continue
+                t, m, ns = parsed
                 if (tenant is not None and t != tenant) or (model is not None and m != model):
                     continue
                 deleted += await self._purge_exact(ns)
@@ -243,7 +248,10 @@ class CacheStage:
         namespaces = []
         try:
             for member in await self._redis.smembers(ks.NAMESPACES):
-                tenant, model, ns = orjson.loads(member)
+                parsed = _namespace(member)
+                if parsed is None:
+                    continue
+                tenant, model, ns = parsed
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.zcount(ks.exact_index(ns), now, "+inf")
                 pipe.zcount(ks.semantic_index(ns), now, "+inf")
@@ -283,8 +291,14 @@ class CacheStage:
         except RedisUnavailable:
             self._observe("exact", "error", t0)
             return None
+        except (ValueError, KeyError, TypeError):  # not JSON, or JSON of another shape: see _sound
+            self._observe("exact", "error", t0)
+            return None
         if stored is None:
             self._observe("exact", "miss", t0)
+            return None
+        if not _sound(stored):
+            self._observe("exact", "error", t0)
             return None
         if max_age is not None and time.time() - stored.stored_at > max_age:
             self._observe("exact", "stale", t0)
@@ -452,6 +466,28 @@ class CacheStage:
             deleted += await self._redis.delete(*(ks.exact_entry(ns, d) for d in chunk))
         await self._redis.delete(ks.exact_index(ns))
         return int(deleted)
+
+
+def _sound(stored: Stored) -> bool:
+    """Whether an exact entry read back is one the gateway stores (a complete answer and when it was stored).
+    Anything else under the key (another program's value, one cut short) is a miss: replayed, it would be a 500
+    or an answer with no choices."""
+    completion = stored.completion
+    try:
+        return isinstance(stored.stored_at, (int, float)) and isinstance(completion, dict) and storable(completion)
+    except AttributeError:  # a choice that is not an object
+        return False
+
+
+def _namespace(member: bytes) -> tuple[str, str, str] | None:
+    """(tenant, model, namespace) of a namespace-set member; None for a member the gateway did not write."""
+    try:
+        value = orjson.loads(member)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) for v in value):
+        return None
+    return value[0], value[1], value[2]
 
 
 def storable(completion: dict) -> bool:
