@@ -192,12 +192,12 @@ def _compare(a: Facts, b: Facts) -> str | None:
 # ---- WordNet: another thing of one kind, or the opposite word ------------------------------------------------
 
 
-# Most content words a text may have for the WordNet check: it compares every unmatched word with every word
-# of the other text (tens of microseconds a new pair of words), fine for a question, not for a hostile text at
-# the embedding window (250 unique words each side would be 60k pairs, seconds of the event loop; 30 a side
-# cost 50 ms cold, 12 a side 36 ms, 8 a side ~15 ms, with every cache empty and rare words); longer texts
-# skip it (the other checks still run).
-_WN_MAX_WORDS = 8
+# Most words, both sides together, the WordNet check compares: every word only one text has against every
+# word only the other has (tens of microseconds a new pair of words, cold). Words both texts share are not
+# compared, so a long question with one word changed is still checked; a hostile text with hundreds of new
+# words would cost seconds of the event loop, so past this many the check is skipped (the others still run).
+# 6 a side cost ~16 ms with every cache empty and rare words.
+_WN_MAX_UNMATCHED = 12
 
 
 def _lexical_change(wa: tuple[str, ...], wb: tuple[str, ...]) -> str | None:
@@ -210,10 +210,10 @@ def _lexical_change(wa: tuple[str, ...], wb: tuple[str, ...]) -> str | None:
     stems_a, stems_b = {_canon(w) for w in wa} | set(ua), {_canon(w) for w in wb} | set(ub)
     only_a = [x for x in ua if x not in stems_b and _canon(x) not in stems_b]
     only_b = [y for y in ub if y not in stems_a and _canon(y) not in stems_a]
-    if not only_a or not only_b or len(ua) > _WN_MAX_WORDS or len(ub) > _WN_MAX_WORDS:
+    if not only_a or not only_b or len(only_a) + len(only_b) > _WN_MAX_UNMATCHED:
         return None
-    matched_a = {x for x in only_a if any(wn.relation(x, y) == "same" for y in ub)}
-    matched_b = {y for y in only_b if any(wn.relation(x, y) == "same" for x in ua)}
+    matched_a = {x for x in only_a if any(wn.relation(x, y) == "same" for y in only_b)}
+    matched_b = {y for y in only_b if any(wn.relation(x, y) == "same" for x in only_a)}
     for x in only_a:
         for y in only_b:
             # Opposites count unless one text takes both sides ("speed up my slow computer" / "make it

@@ -29,6 +29,9 @@ from functools import lru_cache
 from pathlib import Path
 
 _POS = ("n", "v", "a", "r")
+# The pointers any relation below follows: hypernyms, antonyms, similar-to / also-see, derivation, verb group,
+# pertainym, attribute. A synset's other pointers (hyponyms above all) are skipped when its line is parsed.
+_USED_POINTERS = frozenset({"@", "@i", "!", "&", "^", "+", "$", "\\", "="})
 _FILE_POS = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 
 # Senses of a word looked at, most frequent first (WordNet orders them by tagged frequency). Rare senses make
@@ -137,7 +140,8 @@ class _Db:
         pointers = []
         for p in range(p_cnt):
             sym, off, ppos, st = fields[k + 1 + 4 * p:k + 5 + 4 * p]
-            pointers.append((sym, "a" if ppos == "s" else ppos, int(off), int(st[:2], 16), int(st[2:], 16)))
+            if sym in _USED_POINTERS:  # not the hyponym lists: "person" has ~400, and nothing reads them
+                pointers.append((sym, "a" if ppos == "s" else ppos, int(off), int(st[:2], 16), int(st[2:], 16)))
         return _Synset(words, tuple(pointers), ss_type == "s")
 
 

@@ -79,6 +79,9 @@ class FakeUpstream(ABC):
         self.disconnects = 0  # streams whose client went away before the end
         self.disconnected = threading.Event()  # set at the first such disconnect
         self._failures: deque[ScriptedFailure] = deque()
+        # reset() bumps this; a stream begun before the reset (the previous test's, still finishing on a loaded
+        # box) then leaves the counters and `disconnected` alone
+        self._epoch = 0
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
 
     # ---- knobs -------------------------------------------------------------------------------------------
@@ -111,6 +114,7 @@ class FakeUpstream(ABC):
         self.request_count = self.streams_started = self.streams_completed = self.disconnects = 0
         self.disconnected.clear()
         self._failures.clear()
+        self._epoch += 1
 
     @property
     def last(self) -> RecordedRequest:
@@ -168,6 +172,7 @@ class FakeUpstream(ABC):
     async def send_events(self, request: web.Request, resp: web.StreamResponse, events: list[bytes]) -> bool:
         """Stream encoded events with the knobs applied: per-event delay, cut, disconnect tracking.
         Returns True when every event went out."""
+        epoch = self._epoch
         try:
             for i, event in enumerate(events):
                 if self.cut_after is not None and i >= self.cut_after:
@@ -179,16 +184,19 @@ class FakeUpstream(ABC):
                 if request.transport is None or request.transport.is_closing():
                     raise ClientGone
                 await resp.write(event)
-            self.streams_completed += 1
+            if epoch == self._epoch:
+                self.streams_completed += 1
             return True
         except (ClientGone, ConnectionError):
-            self._gone()
+            self._gone(epoch)
             return False
         except asyncio.CancelledError:
-            self._gone()
+            self._gone(epoch)
             raise
 
-    def _gone(self) -> None:
+    def _gone(self, epoch: int) -> None:
+        if epoch != self._epoch:
+            return
         self.disconnects += 1
         self.disconnected.set()
 
