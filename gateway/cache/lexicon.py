@@ -216,7 +216,9 @@ _POLAR_AXES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 # Axes whose words are rare and specific enough that taking opposite sides is a different question even
 # between loose rewordings (upload / download); the others count only between close texts.
-STRONG_AXES = frozenset({"flow", "crypt", "install", "trade", "switch", "arrive", "allow", "login"})
+STRONG_AXES = frozenset({"flow", "crypt", "install", "trade", "switch", "arrive", "allow", "login",
+                         "hardness", "density", "thickness", "depth", "width", "girth", "length", "size",
+                         "wetness", "brightness", "tightness", "rank", "salary"})  # the last: _ZH_STATES
 # Persons of pronouns: who does what to whom ("she sends me" / "I send her") between close texts. "you" is
 # left out: "can you ..." is a way of asking, not a party.
 EN_PERSON: dict[str, int] = {**dict.fromkeys(("i", "me", "my", "mine", "myself", "we", "us", "our", "ours"), 1),
@@ -460,6 +462,37 @@ ZH_POLAR: dict[str, tuple[str, int]] = _longest_first({  # type: ignore[arg-type
     "允许": ("allow", 1), "可以": ("allow", 1), "禁止": ("allow", -1), "不许": ("allow", -1), "接受": ("allow", 1), "拒绝": ("allow", -1),
     "乘": ("plus", 1), "加": ("plus", 1), "除": ("plus", -1), "减": ("plus", -1),
 })
+# States said with one character whose opposite is one character (太硬 / 太软, 变厚 / 变薄). The bare characters
+# are in too many compounds (硬盘 / 软件, 深圳, 长城, 大学) to be read alone, so they count only after a word of
+# degree or change, or in a two-character word that means the state; opposite states are another question in
+# any wording (strong axes).
+_ZH_DEGREE = ("太", "很", "变", "偏", "较", "更", "挺", "越来越", "特别", "有点", "过于", "变得")
+_ZH_STATES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
+    "hardness": ("硬", "软", ("坚硬", "僵硬", "硬邦邦"), ("柔软", "松软", "软乎乎", "软化")),
+    "density": ("密", "稀", ("浓密", "茂密", "稠密", "浓稠", "粘稠"), ("稀疏", "稀少", "稀薄")),
+    "thickness": ("厚", "薄", ("加厚",), ("削薄",)),
+    "depth": ("深", "浅", (), ()),
+    "width": ("宽", "窄", ("宽敞",), ("狭窄",)),
+    "girth": ("胖", "瘦", ("长胖", "发胖", "肥胖", "增肥", "增重"), ("消瘦", "减肥", "减重", "瘦身")),
+    "length": ("长", "短", ("拉长", "延长"), ("缩短",)),
+    "size": ("大", "小", ("放大", "扩大"), ("缩小",)),
+    "wetness": ("湿", "干", ("潮湿",), ("干燥",)),
+    "brightness": ("亮", "暗", ("调亮", "明亮"), ("调暗", "昏暗")),
+    "tightness": ("紧", "松", ("拧紧", "收紧"), ("拧松", "松动")),
+    "rank": ("", "", ("升职", "晋升", "提拔", "升级"), ("降职", "降级", "贬职")),
+    "salary": ("", "", ("加薪", "涨薪", "涨工资"), ("降薪", "减薪", "扣工资")),
+}
+ZH_STATE_AXES = frozenset(_ZH_STATES)
+_ZH_STATE_WORDS: dict[str, tuple[str, int]] = {}
+for _axis, (_plus_char, _minus_char, _plus_words, _minus_words) in _ZH_STATES.items():
+    for _side, _char, _words in ((1, _plus_char, _plus_words), (-1, _minus_char, _minus_words)):
+        _ZH_STATE_WORDS.update(dict.fromkeys(_words, (_axis, _side)))
+        if _char:
+            _ZH_STATE_WORDS.update({f"{d}{_char}": (_axis, _side) for d in _ZH_DEGREE})
+            if _char not in "大小长短干":  # 长大了, 长了痘, 干了什么: other senses
+                _ZH_STATE_WORDS[f"{_char}了"] = (_axis, _side)
+ZH_POLAR = _longest_first({**_ZH_STATE_WORDS, **ZH_POLAR})  # type: ignore[arg-type]  # the axes above win
+
 # Characters that mark a direction between two terms (从 X 到 Y, X 比 Y, 把 X 换成 Y).
 ZH_DIRECTIONAL = ("从", "到", "比", "兑", "转成", "换成", "转换", "变成", "给", "向", "往", "对")
 # Characters between two exchanged terms that make the exchange a change of roles (父亲的遗产女儿 / 女儿的遗产

@@ -426,8 +426,10 @@ def _determined(seq: tuple[str, ...]) -> tuple[str, ...]:
 
 
 _ARTICLES = frozenset({"a", "an", "the"})
-# Verbs after which "with" is not a symmetric joint: "replace butter with oil" / "replace oil with butter".
-_REPLACING = frozenset({"replace", "replaced", "substitute", "swap", "exchange", "trade", "confuse", "mistake"})
+# Verbs after which "with" is not a symmetric joint: "replace butter with oil" / "replace oil with butter",
+# and verbs whose "with" names the means ("pay my rent with a credit card" / "pay my credit card with my rent").
+_REPLACING = frozenset({"replace", "replaced", "substitute", "swap", "exchange", "trade", "confuse", "mistake",
+                        "pay", "paid", "paying", "buy", "bought", "fund", "finance", "feed", "fed", "fill"})
 
 
 def _joined(tokens: tuple[str, ...], first: int, between: tuple[str, ...]) -> bool:
@@ -1332,11 +1334,17 @@ _BRITISH = ((re.compile(r"our$|our(?=s$|ed$|ing$)"), "or"), (re.compile(r"is(e|e
 _KIND_AXES = frozenset({"sex", "gain", "flow", "plus", "left", "front", "top"})
 
 
+# Words ending in s that are not plurals, whose singular would be another word ("https" is not "http").
+_NOT_PLURALS = frozenset({"https", "wss", "news", "series", "species"})
+
+
 @lru_cache(maxsize=4096)
 def _stem(word: str) -> str:
     """A crude common form: American spelling, no plural or third-person s, no -ing / -ed, an adverb's -ly
     off when the rest is a word ("colours" -> "color", "washing" -> "wash", "safely" -> "safe"), and a final
     e off so that "make" and "making" meet. Only ever compared with another stem."""
+    if word in _NOT_PLURALS:
+        return word
     if len(word) >= 6:  # not "four" / "for", "hour" / "hor"
         for pattern, repl in _BRITISH:
             word = pattern.sub(repl, word)
@@ -1613,6 +1621,10 @@ def _cjk_substituted(a: str, b: str) -> bool:
 # a path ("example.com/blog/post", "src/app/main") is neither and stays in its token.
 _ARROW = re.compile(r"\s*(?:->|=>|→|⇒|⟶|➔)\s*")
 _SLASH_PAIR = re.compile(r"(?<![\w/.:])([A-Za-z]{2,})/([A-Za-z]{2,})(?![\w/.])")
+# "substitute X for Y" puts X where Y was, the order "use X instead of Y" says it in; read in that order, the
+# order checks see "substitute soda for powder" / "use powder instead of soda" exchange the two. Not "a
+# substitute for Y" (nothing between), and X is a short phrase, not a clause.
+_SUBSTITUTE = re.compile(r"\bsubstitut(?:e|ing)\s+(?!for\b)((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+for\b", re.IGNORECASE)
 _MEASURES = frozenset(lx.EN_UNITS) | frozenset(
     w for thing in lx.ENTITY_CLASSES["currency"] for w in thing.split("|") if w.isascii())
 
@@ -1627,7 +1639,7 @@ def _slash_read(m: re.Match[str]) -> str:
 def facts(text: str) -> Facts:
     """The answer-flipping facts of a text (in near-repeat form)."""
     opaque, entities = _tokens(text)  # the text as written: a URL or an identifier is one token
-    text = _SLASH_PAIR.sub(_slash_read, _ARROW.sub(" to ", text))
+    text = _SUBSTITUTE.sub(r"use \1 instead of", _SLASH_PAIR.sub(_slash_read, _ARROW.sub(" to ", text)))
     named_roles = _named(text)
     (negations, numbers, units, dates, en_entities, words, qualifiers, polar, words_at) = _english_facts(text)
     if _CJK.search(text):

@@ -434,3 +434,36 @@ def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
 ])
 def test_dev3_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
+
+
+# Issue 8, sixth pass: leaks of the dev sets in general form (the pairs below are not the dev sets' own).
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    # a Chinese state said with its opposite character, after a word of degree or change, or as a word
+    ("米饭为什么煮得太硬", "米饭煮出来太软怎么办", "antonym"),
+    ("皮肤越来越干怎么办", "皮肤变得潮湿是什么原因", "antonym"),
+    ("眉毛太稀疏怎么办", "眉毛太浓密了怎么修", "antonym"),
+    ("老板给我加薪要交多少税", "老板给我降薪要交多少税", "antonym"),
+    ("鞋子太紧了怎么办", "鞋子太松了怎么处理", "antonym"),
+    # "https" is not the plural of "http"
+    ("How do I redirect http to https on Apache?", "redirect https to http apache", "order"),
+    # "with" after pay / buy names the means: the two sides exchanged are another question
+    ("Can I pay my phone bill with a gift card?", "Can I pay my gift card with my phone bill?", "order"),
+    # "substitute X for Y" is "use X instead of Y"
+    ("Can I substitute honey for sugar?", "Can I use sugar instead of honey?", "order"),
+])
+def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("米饭为什么煮得太硬", "米饭煮出来很硬是怎么回事"),
+    ("移动硬盘坏了怎么修", "移动硬盘坏了如何修"),  # 硬 of 硬盘 and 软 of 软件 are no states
+    ("软件闪退怎么办", "软件总是闪退怎么办"),
+    ("How do I redirect http to https on Apache?", "apache redirect http to https"),
+    ("Can I pay my phone bill with a gift card?", "is it possible to pay a phone bill using a gift card"),
+    ("Can I substitute honey for sugar?", "Can I use honey instead of sugar?"),
+    ("Can I substitute honey for sugar?", "Is it OK to replace sugar with honey?"),
+    ("What is a good substitute for sugar?", "what can I use instead of sugar"),
+])
+def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
+    assert verify(b, a).ok
