@@ -164,7 +164,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if voice == "swapped":
         return "order"
     if voice is None and (_swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _wh_moved(a.order, b.order)
-                          or _persons_exchanged(a.words, b.words)
+                          or _persons_exchanged(a.words, b.words) or _doer_changed(a.folded, b.folded)
                           or _named_reversed(a.named_roles, b.named_roles) or _persons_crossed(a.order, b.order)
                           or _inverted(a.clauses, b.clauses) or _roles_flipped(a.clauses, b.clauses)
                           or _asked_swapped(a.clauses, b.clauses)
@@ -1592,6 +1592,35 @@ def _persons_exchanged(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
         if {pa[i], pa[i + 2]} == {"1", "2"} and pa[i + 1] in _PERSON_JOINTS:
             return False
     return tuple(_OTHER_PERSON.get(w, w) for w in pa) == pb
+
+
+# "Can my bank close ...", "Does the seller pay ...", "Why did Apple sue ...": the doer of a question's verb,
+# read after its auxiliary (with an optional determiner), and the verb itself.
+_DOER = re.compile(r"\b(?:can|could|should|will|would|may|might|must|do|does|did)\s+"
+                   r"(?:(?:my|the|a|an|our|their|his|her|its)\s+)?([a-z][a-z'-]*)\s+([a-z]+)\b")
+# Doers that are one generic asker: "Can I bring food in?" asks what "Can we ..." or "Can you ..." does.
+_GENERIC_DOERS = frozenset({"i", "we", "you", "one", "someone", "somebody", "anyone", "anybody", "people", "u"})
+
+
+def _doer_changed(a: str, b: str) -> bool:
+    """Another doer of the same verb: "Can my bank close my account?" / "Can I close my bank account?", "Did
+    Google buy YouTube?" / "Did YouTube buy Google?", "Can the buyer cancel?" / "Can the seller cancel?". The
+    doer is read after the first auxiliary of each text; another wording of the asker (I / we / you), the same
+    word in another form, a WordNet synonym or a group joined by "and" ("Can a cat and a dog live together")
+    or a reciprocal verb ("Does Spotify work with Alexa") is no other doer."""
+    ma, mb = _DOER.search(a), _DOER.search(b)
+    if ma is None or mb is None:
+        return False
+    (doer_a, verb_a), (doer_b, verb_b) = ma.groups(), mb.groups()
+    if _stem(verb_a) != _stem(verb_b) or "and" in (verb_a, verb_b) or _stem(verb_a) in _RECIPROCAL_STEMS:
+        return False
+    doer_a, doer_b = doer_a.removesuffix("'s"), doer_b.removesuffix("'s")
+    if doer_a in _GENERIC_DOERS and doer_b in _GENERIC_DOERS:
+        return False
+    # "should be avoided", "can not", "do also": a passive, a negation or an adverb where a doer would be
+    if any(d not in _GENERIC_DOERS and (_weak(d) or d.endswith("ly")) for d in (doer_a, doer_b)):
+        return False
+    return _stem(doer_a) != _stem(doer_b) and wn.relation(doer_a, doer_b) != "same"
 
 
 # Words of the first and second person read as one token each (their case and possessive is wording here).

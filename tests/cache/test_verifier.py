@@ -450,6 +450,9 @@ def test_dev3_rewordings_pass(a: str, b: str) -> None:
     ("Can I pay my phone bill with a gift card?", "Can I pay my gift card with my phone bill?", "order"),
     # "substitute X for Y" is "use X instead of Y"
     ("Can I substitute honey for sugar?", "Can I use sugar instead of honey?", "order"),
+    # another doer of the same verb, read after the auxiliary
+    ("Can my landlord enter my flat without notice?", "Can I enter my landlord's flat without notice?", "order"),
+    ("Can my school check my phone?", "Can I check my school phone?", "order"),
 ])
 def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -464,6 +467,11 @@ def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
     ("Can I substitute honey for sugar?", "Can I use honey instead of sugar?"),
     ("Can I substitute honey for sugar?", "Is it OK to replace sugar with honey?"),
     ("What is a good substitute for sugar?", "what can I use instead of sugar"),
+    # the same doer: the asker said another way, a synonym, a plural, a passive
+    ("Can we bring our own food into the cinema?", "Can I bring my own food into the cinema?"),
+    ("Can a doctor prescribe antibiotics over the phone?", "Can a physician prescribe antibiotics over the phone?"),
+    ("Does the employer pay for my uniform?", "Do employers pay for work uniforms?"),
+    ("Which foods should I avoid with gout?", "With gout, which foods should be avoided?"),
 ])
 def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
