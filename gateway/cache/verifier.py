@@ -32,6 +32,7 @@ text, so a pair costs tens of microseconds.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -165,6 +166,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "order"
     if voice is None and (_swapped(a, b, overlap >= ORDER_OVERLAP) or _permuted(a, b) or _wh_moved(a.order, b.order)
                           or _persons_exchanged(a.words, b.words) or _doer_changed(a.folded, b.folded)
+                          or _compounds_reordered(a.folded, b.folded)
                           or _named_reversed(a.named_roles, b.named_roles) or _persons_crossed(a.order, b.order)
                           or _inverted(a.clauses, b.clauses) or _roles_flipped(a.clauses, b.clauses)
                           or _asked_swapped(a.clauses, b.clauses)
@@ -1621,6 +1623,32 @@ def _doer_changed(a: str, b: str) -> bool:
     if any(d not in _GENERIC_DOERS and (_weak(d) or d.endswith("ly")) for d in (doer_a, doer_b)):
         return False
     return _stem(doer_a) != _stem(doer_b) and wn.relation(doer_a, doer_b) != "same"
+
+
+# "a list of dicts": a noun of a noun, read as one term (stems, articles and possessives skipped).
+_OF_COMPOUND = re.compile(r"\b([a-z]+) of (?:(?:the|a|an|my|your|our|their)\s+)?([a-z]+)\b")
+_COMPOUND_DIRECTIONS = frozenset({"into", "to", "than", "from", "instead", "over"})
+
+
+def _compounds_reordered(a: str, b: str) -> bool:
+    """The same "X of Y" terms on both sides of a direction, in the other order: "convert a list of dicts
+    into a dict of lists" / "convert a dict of lists into a list of dicts" (each term holds the other's
+    words, so the single-word order checks see nothing). Joined by "or" / "and" ("a litre of oil or a litre
+    of water") the order is wording."""
+    ta, tb = _directed_compounds(a), _directed_compounds(b)
+    return ta is not None and tb is not None and ta != tb and sorted(ta) == sorted(tb)
+
+
+def _directed_compounds(text: str) -> tuple[tuple[str, str], ...] | None:
+    """The text's "X of Y" terms in order when there are at least two and a direction word stands between
+    each and the next; otherwise None."""
+    found = list(_OF_COMPOUND.finditer(text))
+    if len(found) < 2:
+        return None
+    for left, right in itertools.pairwise(found):
+        if not _COMPOUND_DIRECTIONS.intersection(text[left.end():right.start()].split()):
+            return None
+    return tuple((_stem(m.group(1)), _stem(m.group(2))) for m in found)
 
 
 # Words of the first and second person read as one token each (their case and possessive is wording here).

@@ -453,6 +453,9 @@ def test_dev3_rewordings_pass(a: str, b: str) -> None:
     # another doer of the same verb, read after the auxiliary
     ("Can my landlord enter my flat without notice?", "Can I enter my landlord's flat without notice?", "order"),
     ("Can my school check my phone?", "Can I check my school phone?", "order"),
+    # "X of Y" terms exchanged across a direction
+    ("How do I turn a string of bytes into a list of integers?", "convert a list of ints into a string of bytes",
+     "order"),
 ])
 def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -472,6 +475,7 @@ def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
     ("Can a doctor prescribe antibiotics over the phone?", "Can a physician prescribe antibiotics over the phone?"),
     ("Does the employer pay for my uniform?", "Do employers pay for work uniforms?"),
     ("Which foods should I avoid with gout?", "With gout, which foods should be avoided?"),
+    ("How do I turn a string of bytes into a list of integers?", "convert a string of bytes to a list of integers"),
 ])
 def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
