@@ -69,3 +69,34 @@ class ExactCache:
 
 def namespace_member(tenant: str, model: str, ns: str) -> bytes:
     return orjson.dumps([tenant, model, ns])
+
+
+def parse_namespace_member(member: bytes) -> tuple[str, str, str] | None:
+    """(tenant, model, namespace) of a namespace-set member (namespace_member's inverse); None for a member the
+    gateway did not write, which every reader of the set (stats, purge, the semantic load) skips."""
+    try:
+        value = orjson.loads(member)
+    except orjson.JSONDecodeError:  # not JSON, or not UTF-8
+        return None
+    if not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) for v in value):
+        return None
+    return value[0], value[1], value[2]
+
+
+def storable(completion: dict) -> bool:
+    """Only complete successful answers: every choice finished, none cut by a content filter. Also the test of
+    what is read back (see replayable), hence the shape checks: a choice that is not an object is no answer."""
+    if completion.get("error") is not None:
+        return False
+    choices = completion.get("choices")
+    if not choices or not isinstance(choices, list):
+        return False
+    return all(isinstance(c, dict) and c.get("finish_reason") and c.get("finish_reason") != "content_filter"
+               for c in choices)
+
+
+def replayable(value: object) -> bool:
+    """Whether a completion read back from Redis (exact or semantic) is one the gateway stores: a storable answer
+    whose usage, which a hit counts as tokens saved, is an object or absent. Anything else under a cache key
+    (another program's value, one cut short) must be a miss: replayed, it is a 500 or an answer with no choices."""
+    return isinstance(value, dict) and storable(value) and isinstance(value.get("usage"), (dict, type(None)))

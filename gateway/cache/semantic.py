@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,10 +22,11 @@ import numpy as np
 import orjson
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from gateway.cache import keyspace as ks
-from gateway.cache.exact import namespace_member
+from gateway.cache.exact import namespace_member, parse_namespace_member, replayable
 from gateway.cache.index import EntryMeta
 from gateway.cache.keys import SemanticQuery
 from gateway.cache.lean_get import LeanGet
@@ -205,9 +206,10 @@ class SemanticCache:
         timings = self.worker.timings
         timings.verify_s += time.perf_counter() - t0
         timings.verified += 1
-        hit = await self._first_stored(ns, direct[:MAX_FETCHES])
-        if hit is not None:
-            return Outcome("hit", vector, hit[2], hit[1])
+        found = await self._first_stored(ns, direct[:MAX_FETCHES])
+        if not isinstance(found, str):
+            return Outcome("hit", vector, found[2], found[1])
+        missed = found
         if judge is not None and band:
             live_calls = 0
             for meta, score in band:
@@ -218,15 +220,21 @@ class SemanticCache:
                 if not said.same:
                     rejected = rejected or "judge"
                     continue
-                hit = await self._first_stored(ns, [(meta, score)])
-                if hit is not None:
-                    return Outcome("hit", vector, hit[2], hit[1])
+                found = await self._first_stored(ns, [(meta, score)])
+                if not isinstance(found, str):
+                    return Outcome("hit", vector, found[2], found[1])
+                missed = "error" if found == "error" else missed
+        if missed == "error":  # counted as the exact layer counts an entry it cannot replay
+            return Outcome("error", vector, reason=rejected)
         return Outcome("rejected" if rejected else "miss", vector, reason=rejected)
 
     async def _first_stored(self, ns: str, accepted: list[tuple[EntryMeta, float]],
-                            ) -> tuple[EntryMeta, float, dict] | None:
-        """The first accepted candidate whose completion is still in Redis (recording the use for the LRU)."""
+                            ) -> tuple[EntryMeta, float, dict] | str:
+        """The first accepted candidate whose completion is still in Redis (recording the use for the LRU).
+        Without one, the lookup's result: "error" when a candidate read back was not an answer the gateway
+        stores, else "miss"."""
         timings = self.worker.timings
+        missed = "miss"
         for meta, score in accepted:
             key = ks.semantic_entry(ns, meta.entry_id)
             t1 = time.perf_counter()
@@ -236,9 +244,19 @@ class SemanticCache:
             if raw is None:  # expired or evicted elsewhere before its event reached us
                 self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
                 continue
+            completion = _completion(raw)
+            if completion is None:
+                # Another program's value, or one cut short: replayed it would be a 500 or an answer with no
+                # choices. A missing entry, then, dropped here so it is neither read nor logged again; a store
+                # of the same question writes over it.
+                log.warning("semantic cache: entry %s of namespace %s holds no answer the gateway stores; "
+                            "a miss, dropped from this process's index", meta.entry_id, ns)
+                self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
+                missed = "error"
+                continue
             self._touch(ns, meta)
-            return meta, score, orjson.loads(raw)
-        return None
+            return meta, score, completion
+        return missed
 
     async def has_entry(self, ns: str, eid: str) -> bool:
         """Whether Redis holds the entry (the local index may not have seen its event yet)."""
@@ -382,7 +400,7 @@ class SemanticCache:
             return await self._redis.zpopmin(ks.semantic_lru(ns, scope), count)
 
         popped = await self._store_guard.call(pop, key=ks.semantic_lru(ns, scope))
-        ids = [_text(member) for member, _score in popped]
+        ids = _ids(member for member, _score in popped)
         if not ids:
             return
 
@@ -407,9 +425,17 @@ class SemanticCache:
         last_id = _text(newest[0][0]) if newest else "0-0"
         now = time.time()
         loaded = 0
+        skipped = 0  # what the gateway did not write: skipped, and told once per load, not once per entry
+        dim = self.worker.indexes.dim
         for member in await self._redis.smembers(ks.NAMESPACES):
-            _tenant, _model, ns = orjson.loads(member)
-            ids = [_text(i) for i in await self._redis.zrangebyscore(ks.semantic_index(ns), now, "+inf")]
+            parsed = parse_namespace_member(member)
+            if parsed is None:
+                skipped += 1
+                continue
+            ns = parsed[2]
+            listed = await self._redis.zrangebyscore(ks.semantic_index(ns), now, "+inf")
+            ids = _ids(listed)
+            skipped += len(listed) - len(ids)
             for start in range(0, len(ids), LOAD_CHUNK):
                 if self._stop.is_set():  # close() came, and its cancel may have been lost (see close())
                     return last_id
@@ -417,15 +443,30 @@ class SemanticCache:
                 pipe = self._redis.pipeline(transaction=False)
                 for eid in chunk:
                     pipe.hmget(ks.semantic_entry(ns, eid), "v", "m")
-                rows = await pipe.execute()
+                # A key of another type under an entry's name answers WRONGTYPE: that entry is skipped, not the
+                # load failed (and retried for good). Any other error (Redis gone) still fails the load.
+                rows = await pipe.execute(raise_on_error=False)
                 metas, vectors = [], []
-                for eid, (v64, meta_doc) in zip(chunk, rows, strict=True):
-                    if v64 is None or meta_doc is None:
+                for eid, row in zip(chunk, rows, strict=True):
+                    if isinstance(row, ResponseError):
+                        skipped += 1
                         continue
-                    metas.append(_meta(eid, ns, meta_doc))
-                    vectors.append(_vector(v64))
+                    if isinstance(row, Exception):
+                        raise row
+                    v64, meta_doc = row
+                    if v64 is None or meta_doc is None:  # expired or deleted since the index was read
+                        continue
+                    entry = _entry(eid, ns, meta_doc, v64, dim)
+                    if entry is None:
+                        skipped += 1
+                        continue
+                    metas.append(entry[0])
+                    vectors.append(entry[1])
                 if metas:
                     loaded += await self.worker.run(self.worker.indexes.add_many, metas, np.stack(vectors))
+        if skipped:
+            log.warning("semantic cache: skipped %d namespace-set members or entries the gateway did not write "
+                        "(another shape)", skipped)
         if loaded:
             log.info("semantic cache: loaded %d entries from Redis", loaded)
         return last_id
@@ -451,9 +492,12 @@ class SemanticCache:
                     await self._pause(delay)
                     delay = min(delay * 2, 5.0)
                     continue
+                skipped = 0
                 for event_id, fields in events:
                     last_id = _text(event_id)
-                    await self._apply(fields)
+                    skipped += not await self._apply(fields)
+                if skipped:  # once per read, not once per event
+                    log.warning("semantic cache: skipped %d events of another shape on the stream", skipped)
                 if time.monotonic() >= next_sweep:
                     await self.worker.run(self.worker.indexes.sweep_expired)
                     next_sweep = time.monotonic() + SWEEP_EVERY_S
@@ -512,27 +556,43 @@ class SemanticCache:
         if conn is not None:
             await _disconnect(conn)
 
-    async def _apply(self, event: dict[str, Any]) -> None:
-        """One event of the stream (field names as str)."""
-        op, ns = _text(event.get("op", b"")), _text(event.get("ns", b""))
+    async def _apply(self, event: dict[str, Any]) -> bool:
+        """Apply one event of the stream (field names as str); False when it was skipped. An event the gateway
+        did not write (a field missing or not UTF-8, metadata or a vector of another shape) is: raised here, it
+        would end the follower, and no later event would reach this process."""
+        try:
+            op, ns = _text(event.get("op", b"")), _text(event.get("ns", b""))
+        except UnicodeDecodeError:
+            return False
         indexes = self.worker.indexes
         if op == "add":
-            meta = _meta(_text(event["id"]), ns, event["m"])
+            try:
+                entry = _entry(_text(event["id"]), ns, event["m"], event["v"], indexes.dim)
+            except (KeyError, UnicodeDecodeError):
+                entry = None
+            if entry is None:
+                return False
+            meta, vector = entry
             if meta.live(time.time()):
-                await self.worker.run(indexes.add, meta, _vector(event["v"]))
+                await self.worker.run(indexes.add, meta, vector)
         elif op == "del":
-            for eid in _text(event.get("ids", b"")).split(","):
+            try:
+                ids = _text(event.get("ids", b""))
+            except UnicodeDecodeError:
+                return False
+            for eid in ids.split(","):
                 if eid:
                     await self.worker.run(indexes.remove, eid)
         elif op == "purge":
             await self.worker.run(indexes.drop_namespace, ns)
+        return True  # applied, or nothing to do (an op no version writes, an entry trimmed while being read)
 
     # ---- administration -----------------------------------------------------------------------------------
 
     async def purge_namespace(self, ns: str) -> int:
         """Delete every semantic entry of a namespace in Redis and tell every process. Returns entries deleted."""
-        ids = [_text(i) for i in await self._redis.zrange(ks.semantic_index(ns), 0, -1)]
-        scopes = [_text(s) for s in await self._redis.smembers(ks.semantic_scopes(ns))]
+        ids = _ids(await self._redis.zrange(ks.semantic_index(ns), 0, -1))
+        scopes = _ids(await self._redis.smembers(ks.semantic_scopes(ns)))
         deleted = 0
         for start in range(0, len(ids), LOAD_CHUNK):
             chunk = ids[start:start + LOAD_CHUNK]
@@ -549,6 +609,16 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _ids(values: Iterable[Any]) -> list[str]:
+    """Entry ids (or scopes) read from a set or sorted set, less members that are not UTF-8: the gateway writes
+    hex digests there, so such a member is another program's and names no entry it could read or delete."""
+    ids = []
+    for value in values:
+        with contextlib.suppress(UnicodeDecodeError):
+            ids.append(_text(value))
+    return ids
+
+
 def _stream_events(reply: Any) -> list[tuple[Any, dict[str, Any]]]:
     """(id, fields) of each event in a raw XREAD reply: None when the block timed out, else one
     [stream, [[id, [field, value, ...]], ...]] per stream (a map of streams under RESP3)."""
@@ -560,7 +630,9 @@ def _stream_events(reply: Any) -> list[tuple[Any, dict[str, Any]]]:
         for event_id, flat in entries:
             # An entry trimmed away while being read comes back without fields: kept (as no event) so the
             # follower still moves past its id instead of reading it again.
-            events.append((event_id, {_text(flat[i]): flat[i + 1] for i in range(0, len(flat or ()), 2)}))
+            # Field names not UTF-8 are another program's: replaced, never read, instead of failing every read
+            # of this batch (the follower would retry it for good, never moving past it).
+            events.append((event_id, {_field(flat[i]): flat[i + 1] for i in range(0, len(flat or ()), 2)}))
     return events
 
 
@@ -570,13 +642,37 @@ async def _disconnect(conn: AbstractConnection) -> None:
         await conn.disconnect(nowait=True)
 
 
-def _vector(v64: Any) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(v64), dtype=np.float32).copy()
+def _field(name: Any) -> str:
+    return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
 
 
-def _meta(eid: str, ns: str, meta_doc: Any) -> EntryMeta:
-    doc = orjson.loads(meta_doc)
-    return EntryMeta(eid, ns, doc["scope"], doc["text"], doc["at"], doc["exp"])
+def _completion(raw: bytes) -> dict | None:
+    """A hit's completion as read from the entry's "c" field; None when it is not an answer the gateway stores."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if replayable(value) else None
+
+
+def _entry(eid: str, ns: str, meta_doc: Any, v64: Any, dim: int) -> tuple[EntryMeta, np.ndarray] | None:
+    """An entry's metadata and vector as the gateway writes them (store()), or None for anything else: in the
+    index, a value of another type fails every search or lookup that meets it, not just this entry."""
+    try:
+        doc = orjson.loads(meta_doc)
+        vector = np.frombuffer(base64.b64decode(v64, validate=True), dtype=np.float32)
+    except (orjson.JSONDecodeError, ValueError, TypeError):  # binascii.Error is a ValueError
+        return None
+    if not isinstance(doc, dict) or vector.shape != (dim,) or not np.isfinite(vector).all():
+        return None
+    scope, text, at, exp = doc.get("scope"), doc.get("text"), doc.get("at"), doc.get("exp")
+    if not (isinstance(scope, str) and isinstance(text, str) and _number(at) and _number(exp)):
+        return None
+    return EntryMeta(eid, ns, scope, text, at, exp), vector.copy()
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 async def cancel_and_wait(tasks: list[asyncio.Task], wait_s: float, also: list[asyncio.Task] | None = None,

@@ -20,14 +20,13 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge, Histogram
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.cache import keyspace as ks
 from gateway.cache.embedder import DIM, shared_embedder
-from gateway.cache.exact import ExactCache, Stored
+from gateway.cache.exact import ExactCache, Stored, parse_namespace_member, replayable, storable
 from gateway.cache.judge import Judge, JudgeMetrics, VerdictCache
 from gateway.cache.keys import SemanticQuery, exact_key, is_deterministic, namespace_id, semantic_query
 from gateway.cache.semantic import SemanticCache, entry_id
@@ -224,7 +223,7 @@ class CacheStage:
         try:
             deleted = 0
             for member in await self._redis.smembers(ks.NAMESPACES):
-                parsed = _namespace(member)
+                parsed = parse_namespace_member(member)
                 if parsed is None:  # not a member the gateway writes: a purge of everything drops it
                     if tenant is None and model is None:
                         await self._redis.srem(ks.NAMESPACES, member)
@@ -248,7 +247,7 @@ class CacheStage:
         namespaces = []
         try:
             for member in await self._redis.smembers(ks.NAMESPACES):
-                parsed = _namespace(member)
+                parsed = parse_namespace_member(member)
                 if parsed is None:
                     continue
                 tenant, model, ns = parsed
@@ -411,8 +410,8 @@ class CacheStage:
 
     def _replay(self, ctx: RequestContext, completion: dict) -> dict:
         usage = completion.get("usage") or {}
-        saved = usage.get("total_tokens") or 0
-        if saved:
+        saved = usage.get("total_tokens")
+        if isinstance(saved, int) and saved > 0:  # a count read back from Redis: any other value must not 500
             self._saved_tokens.inc(saved)
         prefix = "cmpl" if ctx.endpoint == "completions" else "chatcmpl"  # OpenAI's id prefixes per endpoint
         return {**completion, "id": f"{prefix}-{ctx.request_id}", "created": int(time.time())}
@@ -472,32 +471,7 @@ def _sound(stored: Stored) -> bool:
     """Whether an exact entry read back is one the gateway stores (a complete answer and when it was stored).
     Anything else under the key (another program's value, one cut short) is a miss: replayed, it would be a 500
     or an answer with no choices."""
-    completion = stored.completion
-    try:
-        return isinstance(stored.stored_at, (int, float)) and isinstance(completion, dict) and storable(completion)
-    except AttributeError:  # a choice that is not an object
-        return False
-
-
-def _namespace(member: bytes) -> tuple[str, str, str] | None:
-    """(tenant, model, namespace) of a namespace-set member; None for a member the gateway did not write."""
-    try:
-        value = orjson.loads(member)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) for v in value):
-        return None
-    return value[0], value[1], value[2]
-
-
-def storable(completion: dict) -> bool:
-    """Only complete successful answers: every choice finished, none cut by a content filter."""
-    if completion.get("error") is not None:
-        return False
-    choices = completion.get("choices")
-    if not choices:
-        return False
-    return all(c.get("finish_reason") and c.get("finish_reason") != "content_filter" for c in choices)
+    return isinstance(stored.stored_at, (int, float)) and replayable(stored.completion)
 
 
 def _allowed(mode: StoreMode, ctx: RequestContext) -> bool:
