@@ -2,7 +2,7 @@
 
 Plain C through ctypes (no torch headers): builds in about a second, and where no compiler is found or the build
 fails, `load_library()` returns None and the engine keeps its pure-torch path. `paged_decode.c`: decode attention
-over the paged cache; `fused_ops.c`: RMSNorm with its residual add; `gemv.c`: small-M float32 and int8-weight linears (decode).
+over the paged cache; `prefill_attention.c`: prefill attention over it; `fused_ops.c`: RMSNorm with its residual add; `gemv.c`: small-M float32 and int8-weight linears (decode).
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(name) for name in ("paged_decode.c", "fused_ops.c", "gemv.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("paged_decode.c", "prefill_attention.c", "fused_ops.c",
+                                                       "gemv.c")]
+INCLUDED = [Path(__file__).with_name("vec_exp.c")]  # #included by sources, not compiled alone: hashed with them
 # -ffp-contract=fast: a * b + c as one fused multiply-add (ISO C mode otherwise forbids it): faster and no less
 # exact; reassociation stays off (no -ffast-math), so sums keep the order the source spells.
 FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
@@ -78,7 +80,7 @@ def load_library() -> ctypes.CDLL | None:
         log.info("no C compiler: decode attention gathers K/V through torch, elementwise ops run in torch")
         return None
     try:
-        source = b"".join(path.read_bytes() for path in SOURCES)  # absent from an install that dropped package data
+        source = b"".join(path.read_bytes() for path in SOURCES + INCLUDED)  # absent from an install that dropped package data
         key = "\n".join([" ".join(FLAGS), _compiler_key(cc), _cpu_key()])
         digest = hashlib.sha256(source + key.encode()).hexdigest()[:16]
         lib_path = _cache_dir() / f"cpu_kernels-{digest}.so"
@@ -98,11 +100,15 @@ def load_library() -> ctypes.CDLL | None:
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.paged_decode_attention.argtypes = [ptr] * 7 + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
+    lib.paged_prefill_attention.argtypes = [ptr, i64, ptr, ptr, ptr, ptr, i64, ptr] + [i64] * 6 + [ctypes.c_float,
+                                                                                           ctypes.c_int]
+    lib.prefill_scratch_floats.argtypes = [i64] * 3 + [ctypes.c_int]
+    lib.prefill_scratch_floats.restype = i64
     lib.add_rms_norm.argtypes = [ptr] * 4 + [i64] * 2 + [ctypes.c_float, ctypes.c_int]
     lib.gemv_f32.argtypes = [ptr] * 4 + [i64] * 3 + [ctypes.c_int]
     lib.gemv_i8.argtypes = [ptr] * 5 + [i64] * 3 + [ctypes.c_int]
     lib.rope_store_kv.argtypes = [ptr] * 6 + [i64] * 5 + [ctypes.c_int]
-    for fn in (lib.paged_decode_attention, lib.add_rms_norm, lib.gemv_f32, lib.gemv_i8, lib.rope_store_kv):
+    for fn in (lib.paged_decode_attention, lib.paged_prefill_attention, lib.add_rms_norm, lib.gemv_f32, lib.gemv_i8, lib.rope_store_kv):
         fn.restype = None
     return lib
 
@@ -190,6 +196,43 @@ def paged_decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Ten
                                context_lens.data_ptr(), out.data_ptr(), work.data_ptr(), b, hq, hkv, nb, bs, d,
                                max_blocks, scale, threads)
     return out
+
+
+PREFILL_HEAD_DIM = 64  # the one head size prefill_attention.c is written for (its register tiles are fixed)
+
+
+def prefill_kernel_fits(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether `paged_prefill_attention` takes this layer: float32 CPU, head_dim 64, whole GQA groups."""
+    hkv, _, _, d = k_cache.shape
+    return (d == PREFILL_HEAD_DIM and q.dim() == 3 and q.shape[2] == d and q.shape[1] % hkv == 0
+            and q.dtype == torch.float32 and k_cache.dtype == torch.float32 and q.device.type == "cpu"
+            and k_cache.device.type == "cpu" and k_cache.is_contiguous())
+
+
+def paged_prefill_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            block_table: torch.Tensor, context_len: int, scale: float, out: torch.Tensor,
+                            scratch: KernelScratch | None = None) -> None:
+    """Causal attention of one prefill chunk into `out`: q and out [q_len, Hq, 64] float32 (rows may be strided,
+    heads contiguous: views of the qkv projection and of the layer's output), the chunk's queries being the
+    last q_len of the sequence's context_len tokens, whose keys and values are all in the caches already
+    ([Hkv, num_blocks, block_size, 64]) at the blocks of `block_table` (int64)."""
+    t, hq, d = q.shape
+    hkv, nb, bs, _ = k_cache.shape
+    problems = [
+        not prefill_kernel_fits(q, k_cache), v_cache.shape != k_cache.shape, not v_cache.is_contiguous(),
+        v_cache.dtype != torch.float32, out.shape != q.shape, out.dtype != torch.float32,
+        q.stride(2) != 1 or q.stride(1) != d or out.stride(2) != 1 or out.stride(1) != d,
+        not 0 < t <= context_len, block_table.dtype != torch.int64, not block_table.is_contiguous(),
+        block_table.dim() != 1 or block_table.numel() * bs < context_len,
+    ]
+    if any(problems) or not _in_range(block_table[: -(-context_len // bs)], nb):  # ids checked last: they need a table
+        raise ValueError(f"paged_prefill_attention: bad inputs (q {tuple(q.shape)} {q.dtype}, cache "
+                         f"{tuple(k_cache.shape)}, table {tuple(block_table.shape)}, context {context_len})")
+    threads = torch.get_num_threads()
+    work = (scratch or KernelScratch()).get(lib.prefill_scratch_floats(context_len, hq, hkv, threads))
+    lib.paged_prefill_attention(q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(),
+                                block_table.data_ptr(), out.data_ptr(), out.stride(0), work.data_ptr(), t,
+                                context_len, hq, hkv, nb, bs, scale, threads)
 
 
 GEMV_MAX_ROWS = 12  # bench/gemv.py on an AVX2 host: the fp32 kernel beat packed oneDNN at every decode shape up to 12

@@ -69,41 +69,15 @@ static inline vec8 sums8(const vec8 v[8]) {
     return SHUFFLE8(a, b, 0, 1, 2, 3, 8, 9, 10, 11) + SHUFFLE8(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
-static inline vec8 select8(ivec8 mask, vec8 a, vec8 b) {
-    ivec8 ai, bi;
-    memcpy(&ai, &a, sizeof ai);
-    memcpy(&bi, &b, sizeof bi);
-    const ivec8 r = (mask & ai) | (~mask & bi);
-    vec8 out;
-    memcpy(&out, &r, sizeof out);
-    return out;
-}
-
-/* e^x of 8 lanes, x <= 0 (scores minus their max): x = n ln2 + r, e^r by Cephes' expf polynomial (~1 ulp, as
-   SDPA's vectorised exp), 2^n built in the exponent bits; 0 below -87.3 (expf gives < 1.2e-38 there: nothing
-   beside the max's 1). The scalar expf loop was ~11 % of the kernel at batch 32 (measured by leaving it out).
-   With sums8: the kernel alone at batch 32, 330 keys, 30 layers' caches cycled, 2.47 -> 1.91 ms per layer (best
-   of 12, interleaved). */
-static inline vec8 exp8(vec8 x) {
-    const vec8 lo = splat8(-87.3f);
-    const ivec8 under = x < lo;
-    x = select8(under, lo, x);
-    const ivec8 n = __builtin_convertvector(x * splat8(1.44269504088896341f) - splat8(0.5f), ivec8); /* x <= 0:
-                                                                         truncation rounds to nearest */
-    const vec8 nf = __builtin_convertvector(n, vec8);
-    const vec8 r = x - nf * splat8(0.693359375f) - nf * splat8(-2.12194440e-4f);
-    vec8 p = splat8(1.9875691500E-4f);
-    p = p * r + splat8(1.3981999507E-3f);
-    p = p * r + splat8(8.3334519073E-3f);
-    p = p * r + splat8(4.1665795894E-2f);
-    p = p * r + splat8(1.6666665459E-1f);
-    p = p * r + splat8(5.0000001201E-1f);
-    p = p * r * r + r + splat8(1.f);
-    const ivec8 bits = (n + 127) << 23;
-    vec8 two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return select8(under, splat8(0.f), p * two_n);
-}
+/* select8 and exp8: e^x of 8 lanes (vec_exp.c: Cephes' polynomial, ~1 ulp, 0 below -87.3). The scalar expf loop
+   was ~11 % of the kernel at batch 32 (measured by leaving it out). With sums8: the kernel alone at batch 32,
+   330 keys, 30 layers' caches cycled, 2.47 -> 1.91 ms per layer (best of 12, interleaved). */
+#define VEXP_F vec8
+#define VEXP_I ivec8
+#define VEXP_SPLAT splat8
+#define VEXP exp8
+#define VEXP_SELECT select8
+#include "vec_exp.c"
 
 /* scores of `n` (<= KEYS) consecutive keys (rows of `k`) against one query: 8 running partial sums per key,
    then the tail of head_dim beyond a multiple of 8 */

@@ -159,6 +159,56 @@ def test_c_decode_kernel_refuses_inputs_that_do_not_fit_the_cache() -> None:
             paged_decode_attention(lib, q, k_cache, v_cache, t, n, 0.2)
 
 
+@pytest.mark.parametrize("hq,hkv", [(9, 3), (4, 4), (8, 2)])  # SmolLM2's grouping, none, one of 4
+def test_c_prefill_kernel_matches_masked_sdpa(hq: int, hkv: int) -> None:
+    """prefill_attention.c (keys and values read in place through a scattered block table, causal, GQA) agrees
+    with SDPA over the gathered keys to float rounding: fresh prompts and chunks after a cached prefix, chunks
+    shorter and longer than a query tile, contexts ending inside a block; q and out as strided row views."""
+    from engine.layers.cpu_kernels import load_library, paged_prefill_attention
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the engine runs the torch path")
+    lib = load_library()
+    assert lib is not None
+    torch.manual_seed(0)
+    nb, bs, d = 80, 16, 64
+    k_cache, v_cache = torch.randn(hkv, nb, bs, d), torch.randn(hkv, nb, bs, d)
+    for context, q_len in ((1, 1), (5, 5), (37, 37), (129, 129), (300, 45), (300, 1), (17, 9), (640, 200)):
+        table = torch.randperm(nb)[:-(-context // bs)]
+        keys = k_cache[:, table].reshape(hkv, -1, d)[:, :context]
+        values = v_cache[:, table].reshape(hkv, -1, d)[:, :context]
+        qkv = torch.randn(q_len, (hq + 2 * hkv) * d)
+        q = qkv[:, :hq * d].view(q_len, hq, d)
+        mask = torch.ones(q_len, context, dtype=torch.bool).tril(diagonal=context - q_len)
+        want = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys.unsqueeze(0),
+                                              values.unsqueeze(0), attn_mask=mask, scale=d**-0.5,
+                                              enable_gqa=True)[0].transpose(0, 1)
+        out = torch.full((q_len + 3, hq, d), float("nan"))
+        paged_prefill_attention(lib, q, k_cache, v_cache, table, context, d**-0.5, out[2:2 + q_len])
+        assert torch.allclose(out[2:2 + q_len], want, atol=1e-5, rtol=1e-5), (context, q_len)
+        assert out[:2].isnan().all() and out[2 + q_len:].isnan().all()  # nothing written outside its rows
+
+
+def test_c_prefill_kernel_refuses_inputs_that_do_not_fit() -> None:
+    """A table too short for the context, a block id outside the cache, a head size or grouping the kernel is not
+    built for: ValueError in Python, never an out-of-bounds read."""
+    from engine.layers.cpu_kernels import load_library, paged_prefill_attention
+
+    lib = load_library()
+    if lib is None:
+        pytest.skip("no C kernel here")
+    k_cache = v_cache = torch.zeros(2, 8, 16, 64)
+    table = torch.arange(4)
+    for q, t, context in ((torch.zeros(10, 6, 64), table[:2], 40),  # 2 blocks hold 32 keys, not 40
+                          (torch.zeros(10, 6, 64), torch.tensor([0, 8]), 20),  # block 8 of 8
+                          (torch.zeros(10, 5, 64), table, 20),  # 5 query heads over 2 KV heads
+                          (torch.zeros(10, 6, 32), table, 20),  # head size 32
+                          (torch.zeros(10, 6, 64), table, 9),  # more queries than the context
+                          (torch.zeros(10, 6, 64), table.int(), 20)):  # table not int64
+        with pytest.raises(ValueError):
+            paged_prefill_attention(lib, q, k_cache, v_cache, t, context, 0.125, torch.zeros_like(q))
+
+
 def test_fused_add_norm_matches_torch() -> None:
     """fused_ops.c: residual add + RMSNorm agree with the torch ops they replace."""
     from engine.layers.cpu_kernels import add_rms_norm, load_library
