@@ -1716,7 +1716,7 @@ def facts(text: str) -> Facts:
         entities=frozenset(entities | en_entities),
         opaque=tuple(sorted(opaque)),
         qualifiers=frozenset(qualifiers | zqual),
-        polar=frozenset(polar | zpolar),
+        polar=frozenset(polar | zpolar | _changes(words)),
         asks=_asks(words, text),
         possessors=frozenset(m.group(1).lower().replace("-", "") for m in _POSSESSIVE.finditer(text)),
         owned=_owned_pairs(text),
@@ -2003,6 +2003,69 @@ def _polar(words: list[str] | tuple[str, ...]) -> set[tuple[str, int]]:
 
 
 _COMPARATIVE_HEADS = frozenset({"than", "of", "more", "less"})
+
+
+# A change asked for or reported in one direction: up (+1) or down (-1), however it is said: a verb of
+# change ("increase", "dropped"), a verb with its particle, next to it or after its object ("go up", "slow a
+# video down", "bring my blood pressure down"), or "make" with a comparative ("make it smaller"). The axes
+# are "change" (amounts, sizes, levels) and "pace" (speed: "make my code faster" / "reduce its run time" is
+# one question, the time being the inverse of the speed), both strong: "raise your blood pressure" / "bring
+# it down" ask opposite things however reworded. States ("too big", "slow") are no change; "lower" is the
+# verb only before an object or after "to" or a modal ("lower back pain" is a place).
+_CHANGE_VERBS: dict[str, int] = {
+    **dict.fromkeys(("increase", "increases", "increased", "increasing", "raise", "raises", "raised", "raising",
+                     "boost", "boosts", "boosted", "boosting", "rise", "rises", "rose", "risen", "rising",
+                     "spike", "spiked", "spiking", "soar", "soared", "surge", "surged", "enlarge", "enlarged"), 1),
+    **dict.fromkeys(("decrease", "decreases", "decreased", "decreasing", "reduce", "reduces", "reduced",
+                     "reducing", "lower", "lowers", "lowered", "lowering", "dropped", "drops", "dropping",
+                     "plummet", "plummeted", "shrink", "shrinks", "shrank", "shrunk", "shrinking"), -1),
+}
+_CHANGE_PARTICLES: dict[str, dict[str, int]] = {
+    **dict.fromkeys(("go", "goes", "went", "gone", "going"), {"up": 1, "down": -1}),
+    **dict.fromkeys(("slow", "slows", "slowed", "slowing"), {"down": -2}),  # +-2: the pace axis
+    **dict.fromkeys(("speed", "speeds", "sped", "speeding"), {"up": 2}),
+    **dict.fromkeys(("bring", "brings", "brought", "bringing"), {"down": -1}),  # "bring up" a topic: no change
+    **dict.fromkeys(("turn", "turns", "turned", "turning", "scale", "scaled", "ramp", "ramped", "dial"),
+                    {"up": 1, "down": -1}),
+}
+_CHANGE_REACH = {"go": 1, "goes": 1, "went": 1, "gone": 1, "going": 1}  # "go to bed, wake up" is no change
+_PARTICLE_REACH = 4  # words from the verb to its particle: "bring my blood pressure down"
+_MAKE = frozenset({"make", "makes", "making", "made"})
+_CHANGE_COMPARATIVES: dict[str, int] = {
+    **dict.fromkeys(("bigger", "larger", "higher", "louder", "longer", "wider", "taller", "stronger", "heavier",
+                     "thicker"), 1),
+    **dict.fromkeys(("smaller", "lower", "quieter", "shorter", "narrower", "weaker", "thinner"), -1),
+    "faster": 2, "quicker": 2, "slower": -2,
+}
+_LOWER_OBJECT = frozenset({"my", "your", "the", "a", "an", "it", "its", "our", "their", "his", "her", "them",
+                           "this", "that", "blood", "cholesterol"})
+_LOWER_BEFORE = frozenset({"to", "can", "could", "will", "would", "does", "do", "did", "help", "helps", "that",
+                           "which", "should", "might", "may"})
+
+
+def _changes(words: list[str] | tuple[str, ...]) -> set[tuple[str, int]]:
+    """The ("change", side) and ("pace", side) pairs a text takes (see _CHANGE_VERBS)."""
+    out: set[tuple[str, int]] = set()
+    n = len(words)
+    for i, w in enumerate(words):
+        side = _CHANGE_VERBS.get(w)
+        if side is not None and w == "lower" and not (
+                (i + 1 < n and words[i + 1] in _LOWER_OBJECT) or (i and words[i - 1] in _LOWER_BEFORE)):
+            side = None
+        if side is None and w in _CHANGE_PARTICLES:
+            particles = _CHANGE_PARTICLES[w]
+            for nxt in words[i + 1:i + 1 + _CHANGE_REACH.get(w, _PARTICLE_REACH)]:
+                if nxt in particles:
+                    side = particles[nxt]
+                    break
+        if side is None and w in _MAKE:
+            for nxt in words[i + 1:i + 1 + _PARTICLE_REACH]:
+                if nxt in _CHANGE_COMPARATIVES:
+                    side = _CHANGE_COMPARATIVES[nxt]
+                    break
+        if side is not None:
+            out.add(("pace", side // 2) if abs(side) == 2 else ("change", side))
+    return out
 
 
 def _word(tok: str) -> str:

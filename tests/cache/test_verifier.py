@@ -479,3 +479,24 @@ def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
 ])
 def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    # a change asked for in the other direction, however it is said (verb, particle, make + comparative)
+    ("How can I lower my heating bill?", "what makes the heating bill go up?", "antonym"),
+    ("How do I turn the volume up on my TV?", "TV is too loud, how do I turn it down?", "antonym"),
+    ("Why did my electricity bill go down?", "what makes electricity bills increase", "antonym"),
+])
+def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("How do I make the text bigger in Chrome?", "chrome: increase font size"),
+    ("My laptop is slow, how do I speed it up?", "how to make my slow laptop faster"),  # "slow" is a state
+    ("My bill went up, how do I bring it down?", "how can I reduce my bill"),  # both sides in one text
+    ("What helps with lower back pain?", "remedies for pain in the lower back"),  # "lower" is no verb here
+    ("How do I make my website load faster?", "how to reduce page load time"),  # speed is no amount
+])
+def test_dev6_rewordings_pass(a: str, b: str) -> None:
+    assert verify(b, a).ok
