@@ -172,6 +172,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
                           or _asked_swapped(a.clauses, b.clauses)
                           or _owner_reversed(a.owned, b.owned) or _rank_moved(a.order, b.order)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
+    if _polarity_crossed(a.folded, b.folded):
+        return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
         if edit:
@@ -1667,6 +1669,62 @@ def _cjk_substituted(a: str, b: str) -> bool:
             if not (set(a[i1:i2]) & set(b[j1:j2])):
                 return True
     return False
+
+
+# ---- the same terms said yes and no the other way round --------------------------------------------------
+
+
+# Where a text turns from one clause to the next: punctuation, and the contrast words that join a clause said
+# yes to one said no ("works in Chrome but not in Safari", 在 Chrome 里打得开，用 Safari 就打不开).
+_CONTRAST_SPLIT = re.compile(r"[,，.;；:：!！?？()（）。]|\b(?:but|while|whereas|yet|however|though|although)\b"
+                             r"|但是|可是|但")  # not 却: it stands inside its clause (Mac 上却打不开)
+_LATIN_TERM = re.compile(r"[a-z][a-z0-9+#]*(?:[.'-][a-z0-9+#]+)*")
+
+
+def _polarity_crossed(a: str, b: str) -> bool:
+    """Two terms both texts name, one in a clause said yes and one in a clause said no, and the other text
+    says each the other way: "Why does the state update in the parent but not in the child?" / "it shows up
+    in the child but the parent never re-renders", 网页在 Chrome 里打得开，用 Safari 就打不开 / 用 Safari 能打开，
+    换成 Chrome 就打不开. Terms exchanged this way keep their words and relations, so the order checks see
+    nothing. The same term said yes and no in one text takes no side; the same sides either way round ("X
+    works but Y does not" / "Y fails, but X works") are wording."""
+    pa, pb = _term_polarity(a), _term_polarity(b)
+    if not pa or not pb:
+        return False
+    flips = {pa[t] for t in pa.keys() & pb.keys() if pa[t] != pb[t]}
+    return len(flips) == 2  # one term from yes to no, another from no to yes
+
+
+@lru_cache(maxsize=4096)
+def _term_polarity(text: str) -> dict[str, bool]:
+    """Each content word (Latin script: names, code terms and English words, as stems) of a text that has
+    clauses of both polarities, with whether its clause is negated; a word in clauses of both kinds is left
+    out. Empty when all clauses have one polarity (most texts: nothing to cross)."""
+    seen: dict[str, set[bool]] = {}
+    for clause in _CONTRAST_SPLIT.split(text):
+        if not clause or not clause.strip():
+            continue
+        negated = _clause_negated(clause)
+        for m in _LATIN_TERM.finditer(clause):
+            w = _word(m.group(0))
+            if len(w) >= 3 and not _weak(w) and w not in _FUNCTION:
+                seen.setdefault(_stem(w), set()).add(negated)
+    if len({n for sides in seen.values() for n in sides}) < 2:
+        return {}
+    return {t: next(iter(sides)) for t, sides in seen.items() if len(sides) == 1}
+
+
+def _clause_negated(clause: str) -> bool:
+    """Whether a clause says no: an English negation (not, never, n't, without) or a Chinese one (不, 没 ...,
+    not the question form 能不能 nor words like 非常 that hold the character and negate nothing)."""
+    for m in _WORD.finditer(clause):
+        low = _word(m.group(0))
+        if low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS):
+            return True
+    if not _CJK.search(clause):
+        return False
+    s = _blank(_A_NOT_A.sub("", clause), lx.ZH_NOT_NEGATION)
+    return any(w in s for w in lx.ZH_NEGATIONS) or any(w in s for w in lx.ZH_NEGATING_WORDS)
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------
