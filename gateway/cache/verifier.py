@@ -180,7 +180,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return edit
     if a.cjk_core and b.cjk_core:
         if (_cjk_reordered(a.cjk_plain, b.cjk_plain) or _cjk_exchanged(a.cjk_core, b.cjk_core)
-                or _cjk_party_exchanged(a.cjk_plain, b.cjk_plain) or _cjk_clause_reordered(a.folded, b.folded)):
+                or _cjk_party_exchanged(a.cjk_plain, b.cjk_plain) or _cjk_clause_reordered(a.folded, b.folded)
+                or _zh_owner_exchanged(a.folded, b.folded)):
             return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -1725,6 +1726,49 @@ def _clause_negated(clause: str) -> bool:
         return False
     s = _blank(_A_NOT_A.sub("", clause), lx.ZH_NOT_NEGATION)
     return any(w in s for w in lx.ZH_NEGATIONS) or any(w in s for w in lx.ZH_NEGATING_WORDS)
+
+
+# Postpositions after a Chinese owner that place the owned thing in it: iPhone 里的照片, 电脑上的文件.
+_ZH_PLACE_AFTER = " 里中上内"
+_ZH_OWNER_MAX = 16  # characters of an owner ("Windows 电脑"): a noun phrase, not a clause
+
+
+def _zh_owner_exchanged(a: str, b: str) -> bool:
+    """The same thing owned by another of the two terms both texts name: 空气炸锅的食谱能用烤箱做吗 / 烤箱的食谱
+    能放到空气炸锅里做吗, iPhone 里的照片怎么传到 Windows 电脑 / Windows 电脑里的照片怎么导进 iPhone. The owner is
+    the longest end (two characters or more) of what stands before 的 that the other text also has; each
+    text must name the other's owner too, so an owner said another way (苹果手机的照片 / iPhone 的照片) is
+    wording."""
+    if "的" not in a or "的" not in b:
+        return False
+    owners_b = _zh_owners(b, a)
+    for owned, owner_a in _zh_owners(a, b).items():
+        owner_b = owners_b.get(owned)
+        if owner_b and owner_a not in owner_b and owner_b not in owner_a and owner_a in b and owner_b in a:
+            return True
+    return False
+
+
+def _zh_owners(text: str, other: str) -> dict[str, str]:
+    """The owner of each thing written after 的 (its first two characters) once, read as the longest end of
+    the clause before 的 that `other` also has, never starting inside a Latin word ("dows 电脑"). A thing
+    owned twice is compared, not moved (老师的工资和公务员的工资哪个高)."""
+    out: dict[str, str] = {}
+    for m in re.finditer("的", text):
+        owned = text[m.end():m.end() + 2]
+        if len(owned) < 2 or not all(_CJK.match(c) for c in owned) or text.count("的" + owned) > 1:
+            continue
+        before = _CLAUSE_SPLIT.split(text[max(0, m.start() - _ZH_OWNER_MAX):m.start()])[-1]
+        before = before.split("的")[-1].rstrip(_ZH_PLACE_AFTER)
+        for n in range(len(before), 1, -1):
+            owner = before[-n:]
+            if owner[0] == " " or (n < len(before) and owner[0].isascii() and owner[0].isalnum()
+                                   and before[-n - 1].isascii() and before[-n - 1].isalnum()):
+                continue
+            if owner in other:
+                out.setdefault(owned, owner)
+                break
+    return out
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------
