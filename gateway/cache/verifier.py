@@ -183,6 +183,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
                 or _cjk_party_exchanged(a.cjk_plain, b.cjk_plain) or _cjk_clause_reordered(a.folded, b.folded)
                 or _zh_owner_exchanged(a.folded, b.folded)):
             return "order"
+        if _zh_undone(a.cjk_plain, b.cjk_plain) or _zh_undone(b.cjk_plain, a.cjk_plain):
+            return "negation"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
@@ -1769,6 +1771,27 @@ def _zh_owners(text: str, other: str) -> dict[str, str]:
                 out.setdefault(owned, owner)
                 break
     return out
+
+
+# Verbs that undo the action after them (解除拉黑 "unblock", 取消关注 "unfollow", 撤销投诉 "withdraw a
+# complaint"), and the words by which a text also asks to stop or undo something (关掉, 退订, 删除).
+_ZH_UNDO = ("解除", "取消", "撤销", "撤回")
+_ZH_STOPPING = re.compile("解除|取消|撤|关(?![注心系于])|停|退|删|终|注销|放弃|不")  # not 关注 "follow", 关心
+
+
+def _zh_undone(a: str, b: str) -> bool:
+    """a asks to undo an action (解除 / 取消 / 撤销 + the verb) that b asks how to do: 微信怎么解除拉黑 /
+    微信怎么把人拉黑, the Chinese of "unblock" / "block" that _prefix_negated reads in English. A text that
+    also asks to stop something (自动续费怎么关掉 / 怎么取消自动续费) asks the same; the action's own characters
+    are not such a word (关注 / 取消关注)."""
+    for undo in _ZH_UNDO:
+        k = a.find(undo)
+        while k >= 0:
+            action = a[k + 2:k + 4]
+            if len(action) == 2 and action in b and not _ZH_STOPPING.search(b.replace(action, "")):
+                return True
+            k = a.find(undo, k + 1)
+    return False
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

@@ -492,6 +492,9 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("Why did my electricity bill go down?", "what makes electricity bills increase", "antonym"),
     # the same thing owned by the other of two terms (Chinese 的)
     ("微波炉的菜谱能直接用烤箱做吗", "烤箱的菜谱能直接放进微波炉里做吗", "order"),
+    # undoing the action the other text asks how to do (解除 / 取消 + verb)
+    ("QQ 怎么屏蔽群消息", "QQ 群消息怎么解除屏蔽", "negation"),
+    ("抖音怎么关注别人", "抖音怎么取消关注别人", "negation"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -508,6 +511,9 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("How do I make my website load faster?", "how to reduce page load time"),  # speed is no amount
     ("公司的年假制度是怎样的", "年假制度在公司里是怎么规定的"),
     ("老师的工资和公务员的工资哪个高", "公务员的工资和老师的工资谁高"),  # a thing owned twice is compared
+    ("怎么取消自动续费", "自动续费怎么关掉"),  # the other text asks to stop it too
+    ("订单怎么取消", "取消订单的步骤"),
+    ("怎么解除绑定银行卡", "银行卡怎么解绑"),
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
