@@ -1893,6 +1893,8 @@ _ZH_DIRECTIONAL = frozenset("从到往向比给兑换至对去由自入")
 # 美元兑日元 / 美元换日元.
 _ZH_DIRECTION_SENSE = {"去": "到", "往": "到", "至": "到", "入": "到", "由": "从", "自": "从", "换": "兑"}
 _LATIN_WORD = re.compile(r"[a-z]+")
+# A Chinese place after a name, with a noun of up to two characters between: Java 程序里, iPhone 里, 系统内.
+_ZH_PLACE_AFTER_NAME = re.compile(r"\s*[\u4e00-\u9fff]{0,2}?[里内]")
 
 
 def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
@@ -1902,7 +1904,7 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
     run of words first, then the pieces of a dotted or hyphenated word: "python-based"), Chinese ones
     anywhere: a dictionary walk, not one regex of every spelling (that cost ~0.4 ms a text)."""
     folded = text.casefold()
-    spans: list[tuple[int, tuple[tuple[str, str], ...]]] = []
+    spans: list[tuple[int, int, tuple[tuple[str, str], ...]]] = []
     words = [(m.start(), m.end(), m.group(0)) for m in _NAME_TOKEN.finditer(folded)]
     i = 0
     while i < len(words):
@@ -1912,13 +1914,14 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
                 continue  # only words one space apart form a multi-word name
             thing = _NAMED_IDS.get(" ".join(w for _, _, w in group))
             if thing is not None:
-                spans.append((group[0][0], thing))
+                spans.append((group[0][0], group[-1][1], thing))
                 i += n
                 break
         else:
             start, _, word = words[i]
             if not word.isalnum():
-                spans.extend((start + m.start(), _NAMED_IDS[m.group(0)]) for m in _NAME_PART.finditer(word)
+                spans.extend((start + m.start(), start + m.end(), _NAMED_IDS[m.group(0)])
+                             for m in _NAME_PART.finditer(word)
                              if m.group(0) in _NAMED_IDS)
             i += 1
     if _NAMED_CJK and _CJK.search(folded):
@@ -1926,12 +1929,12 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
         while j < len(folded):
             for spelling in _NAMED_CJK.get(folded[j], ()):
                 if folded.startswith(spelling, j):
-                    spans.append((j, _NAMED_IDS[spelling]))
+                    spans.append((j, j + len(spelling), _NAMED_IDS[spelling]))
                     j += len(spelling) - 1
                     break
             j += 1
     found = []
-    for start, thing in sorted(spans, key=lambda s: s[0]):
+    for start, end, thing in sorted(spans, key=lambda s: s[0]):
         if not thing:
             continue  # a word of lx.ZH_NOT_NAMED: read whole, naming nothing
         before = folded[:start].rstrip()
@@ -1940,6 +1943,8 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
             # 入 names a destination only beside a source (从iPhone导入Mac); alone, 导入X imports X's
             # things (Mac上怎么导入 iPhone 的照片)
             role = _ZH_DIRECTION_SENSE.get(before[-1], before[-1])
+        elif (before and before[-1] == "在") or _ZH_PLACE_AFTER_NAME.match(folded, end):
+            role = "在"  # the place it happens in: 在 Python 里调用 Java, Java 程序里调用 Python
         else:
             for word in reversed(_LATIN_WORD.findall(before[-40:])[-3:]):
                 if word in lx.EN_DIRECTIONAL:

@@ -495,6 +495,8 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     # undoing the action the other text asks how to do (解除 / 取消 + verb)
     ("QQ 怎么屏蔽群消息", "QQ 群消息怎么解除屏蔽", "negation"),
     ("抖音怎么关注别人", "抖音怎么取消关注别人", "negation"),
+    # the place a named thing is in (在 X 里, X 程序里) moved to the other name
+    ("C# 程序里怎么调用 Java 代码", "在 Java 里怎么调用 C# 写的代码", "order"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -514,6 +516,7 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("怎么取消自动续费", "自动续费怎么关掉"),  # the other text asks to stop it too
     ("订单怎么取消", "取消订单的步骤"),
     ("怎么解除绑定银行卡", "银行卡怎么解绑"),
+    ("在 Excel 里怎么打开 Word 文件", "Excel 里如何打开 Word 文件"),
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
