@@ -172,7 +172,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
                           or _asked_swapped(a.clauses, b.clauses)
                           or _owner_reversed(a.owned, b.owned) or _rank_moved(a.order, b.order)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
-    if _polarity_crossed(a.folded, b.folded):
+    if _polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -1728,6 +1728,56 @@ def _clause_negated(clause: str) -> bool:
         return False
     s = _blank(_A_NOT_A.sub("", clause), lx.ZH_NOT_NEGATION)
     return any(w in s for w in lx.ZH_NEGATIONS) or any(w in s for w in lx.ZH_NEGATING_WORDS)
+
+
+# ---- what a conversion makes, and whose thing it is ------------------------------------------------------
+
+
+# "turn / convert X into Y" and "make / create Y out of / from X": Y is the product.
+_CONVERTING = frozenset({"turn", "turns", "turning", "convert", "converts", "converting", "converted",
+                         "transform", "transforms", "transforming", "cast", "casting", "change", "changing"})
+_MAKING = frozenset({"make", "makes", "making", "create", "creates", "creating", "build", "builds", "building",
+                     "generate", "generates", "generating"})
+_CONVERSION_REACH = 6  # words from the verb to its "into" / "out of": one noun phrase between
+
+
+def _product_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Both texts convert one thing into another, and what one makes is what the other starts from: "turn
+    a DataFrame into a NumPy array" / "got a numpy array, how do I make a pandas dataframe out of it" (the
+    source is a pronoun there, so no order check sees the two terms exchanged). Each product must be a
+    word the other text has; the same product said either way ("convert a string to an int" / "make an int
+    from a string") is wording."""
+    pa, pb = _product(a), _product(b)
+    return pa is not None and pb is not None and pa != pb and pa in b and pb in a
+
+
+@lru_cache(maxsize=4096)
+def _product(words: tuple[str, ...]) -> str | None:
+    """The head word of what a text's first conversion makes (see _CONVERTING and _MAKING), or None."""
+    for i, w in enumerate(words):
+        reach = words[i + 1:i + 1 + _CONVERSION_REACH]
+        if w in _CONVERTING:
+            for k, x in enumerate(reach):
+                if x in ("into", "to"):
+                    return _head(words[i + 2 + k:i + 6 + k])
+        elif w in _MAKING:
+            for k, x in enumerate(reach):
+                if x == "from" or (x == "out" and reach[k + 1:k + 2] == ("of",)):
+                    return _head(reach[:k])
+    return None
+
+
+def _head(phrase: tuple[str, ...]) -> str | None:
+    """The last content word of a noun phrase's first words, before any function word past its start ("a
+    numpy array" -> "array")."""
+    head = None
+    for w in phrase:
+        if w in _FUNCTION or _weak(w):
+            if head is not None:
+                break
+            continue
+        head = w
+    return head
 
 
 # Postpositions after a Chinese owner that place the owned thing in it: iPhone 里的照片, 电脑上的文件.

@@ -497,6 +497,8 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("抖音怎么关注别人", "抖音怎么取消关注别人", "negation"),
     # the place a named thing is in (在 X 里, X 程序里) moved to the other name
     ("C# 程序里怎么调用 Java 代码", "在 Java 里怎么调用 C# 写的代码", "order"),
+    # what a conversion makes is what the other text starts from
+    ("How do I turn a JSON string into a dict?", "got a dict, how can I make a JSON string from it?", "order"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -517,6 +519,7 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("订单怎么取消", "取消订单的步骤"),
     ("怎么解除绑定银行卡", "银行卡怎么解绑"),
     ("在 Excel 里怎么打开 Word 文件", "Excel 里如何打开 Word 文件"),
+    ("How do I turn a JSON string into a dict?", "how can I make a dict from a JSON string?"),
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
