@@ -100,6 +100,22 @@ static inline void dot_keys(const float *q, const float *k, int64_t n, int64_t h
     }
 }
 
+#if defined(__AVX512F__)
+#define VW 16 /* floats per wide vector: one AVX-512 register */
+#else
+#define VW 8
+#endif
+/* The value pass for the common head size keeps each head's sums in registers (WIDE_HEAD_DIM / VW vectors);
+   axpy() below, for any head size, loads and stores them again for every key. */
+#define WIDE_HEAD_DIM 64
+typedef float vecw __attribute__((vector_size(VW * 4)));
+
+static inline vecw loadw(const float *p) {
+    vecw v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 /* a += p * v over head_dim floats */
 static inline void axpy(float *a, float p, const float *v, int64_t head_dim) {
     const int64_t body = head_dim - head_dim % 8;
@@ -194,6 +210,32 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
                 }
                 const float inv = 1.f / sum;
                 for (t = 0; t < len; t++) s[t] *= inv;
+            }
+            if (head_dim == WIDE_HEAD_DIM) {
+                /* one head at a time, its sums in registers; the same products and order as axpy's, so the
+                   same results. The kernel alone, batch 24, contexts 60-640, 30 layers' caches cycled: 0.72-0.75
+                   -> 0.53-0.56 ms per layer (axpy's sums went through memory: a store-to-load round trip per key
+                   and head). */
+                for (int64_t g = 0; g < group; g++) {
+                    vecw a[WIDE_HEAD_DIM / VW] = {{0}};
+                    const float *p = scores + g * row;
+                    for (int64_t blk = 0; blk < nblocks; blk++) {
+                        const int64_t step = g * nblocks + blk, steps = group * nblocks;
+                        for (int64_t nk = step * next_blocks / steps; nk < (step + 1) * next_blocks / steps; nk++)
+                            prefetch_rows(next_kh + next_table[nk] * block_floats, block_floats);
+                        const float *vb = vh + table[blk] * block_floats;
+                        const int64_t t0 = blk * block_size;
+                        const int64_t n = len - t0 < block_size ? len - t0 : block_size;
+                        for (int64_t j = 0; j < n; j++) {
+                            vecw pj = {0};
+                            pj += p[t0 + j];
+                            for (int i = 0; i < WIDE_HEAD_DIM / VW; i++)
+                                a[i] += pj * loadw(vb + j * head_dim + i * VW);
+                        }
+                    }
+                    memcpy(out + (b * num_heads + kvh * group + g) * head_dim, a, sizeof a);
+                }
+                continue;
             }
             memset(acc, 0, sizeof(float) * group * head_dim);
             for (int64_t blk = 0; blk < nblocks; blk++) {

@@ -121,7 +121,8 @@ def test_cuda_graph_selection() -> None:
     assert capture_widths(8) == [8] and capture_widths(5) == [5]
 
 
-def test_c_decode_kernel_matches_gathered_sdpa() -> None:
+@pytest.mark.parametrize("d", [20, 64])  # 20: the generic loops and their tails; 64: the wide value pass
+def test_c_decode_kernel_matches_gathered_sdpa(d: int) -> None:
     """The in-place C decode kernel (scattered blocks, GQA, ragged lengths incl. a partial last block) agrees
     with the torch gather + SDPA path to float rounding."""
     from engine.layers.cpu_kernels import load_library, paged_decode_attention
@@ -131,7 +132,7 @@ def test_c_decode_kernel_matches_gathered_sdpa() -> None:
     lib = load_library()
     assert lib is not None  # a compiler is here: a failed build must not pass as "no compiler"
     torch.manual_seed(0)
-    hkv, hq, nb, bs, d = 2, 6, 40, 16, 20  # head_dim not a multiple of 8: the kernel's tail loops run too
+    hkv, hq, nb, bs = 2, 6, 40, 16
     k_cache, v_cache = torch.randn(hkv, nb, bs, d), torch.randn(hkv, nb, bs, d)
     lens = torch.tensor([1, 7, 13, 45])  # 8-key groups, their remainders and a partial last block
     tables = torch.randperm(nb)[:4 * 3].view(4, 3).contiguous()
