@@ -172,7 +172,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
                           or _asked_swapped(a.clauses, b.clauses)
                           or _owner_reversed(a.owned, b.owned) or _rank_moved(a.order, b.order)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
-    if _polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words):
+    if (_polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words)
+            or _owner_moved(a.words, b.words)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -1778,6 +1779,31 @@ def _head(phrase: tuple[str, ...]) -> str | None:
             continue
         head = w
     return head
+
+
+_MINE = frozenset({"my", "our"})
+_INDEFINITE = frozenset({"a", "an"})
+_SUBJECT_REACH = 4  # words a subject's "my" stands in: "My car ...", "Why was my car ..."
+
+
+def _owner_moved(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """The asker's "my" moved from the text's subject to the other of two things both texts name, "a" to the
+    first: "My car was rear-ended by a delivery truck" / "My delivery truck rear-ended a car" (whose thing did
+    what decides the answer; the words and their order hardly change). Each thing is one of the two words
+    after the determiner; a "my" further in is no subject ("connect my laptop to a monitor" / "connect a
+    laptop to my monitor" asks one thing)."""
+    mine_a, some_a = _after_marks(a[:_SUBJECT_REACH], _MINE), _after_marks(a, _INDEFINITE)
+    mine_b, some_b = _after_marks(b[:_SUBJECT_REACH], _MINE), _after_marks(b, _INDEFINITE)
+    x = (mine_a & some_b) - mine_b
+    y = (some_a & mine_b) - mine_a
+    return bool(x and y and x != y)
+
+
+@lru_cache(maxsize=4096)
+def _after_marks(words: tuple[str, ...], marks: frozenset[str]) -> frozenset[str]:
+    """The content words among the two after each of `marks` in a text."""
+    return frozenset(w for i, m in enumerate(words) if m in marks for w in words[i + 1:i + 3]
+                     if w not in _FUNCTION and not _weak(w))
 
 
 # Postpositions after a Chinese owner that place the owned thing in it: iPhone 里的照片, 电脑上的文件.

@@ -499,6 +499,8 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("C# 程序里怎么调用 Java 代码", "在 Java 里怎么调用 C# 写的代码", "order"),
     # what a conversion makes is what the other text starts from
     ("How do I turn a JSON string into a dict?", "got a dict, how can I make a JSON string from it?", "order"),
+    # the asker's "my" moved to the other thing
+    ("My bike was hit by a car, who pays?", "My car hit a bike, who pays?", "order"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -520,6 +522,8 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("怎么解除绑定银行卡", "银行卡怎么解绑"),
     ("在 Excel 里怎么打开 Word 文件", "Excel 里如何打开 Word 文件"),
     ("How do I turn a JSON string into a dict?", "how can I make a dict from a JSON string?"),
+    ("My car was hit by a truck, who pays?", "a truck hit my car, who pays?"),
+    ("How do I connect my laptop to a monitor?", "connect a laptop to my monitor"),  # "my" of no subject
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
