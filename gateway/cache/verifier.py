@@ -2151,7 +2151,7 @@ def _english_facts(text: str) -> EnglishFacts:
             numbers.extend((start, v) for v in _digits_value(tok))
             if tok.endswith("%"):
                 units.add("percent")
-            _unit(low, nxt, units)
+            _unit(low, nxt, units, lower[i + 2] if i + 2 < len(lower) else "")
             continue
         if low in lx.EN_ORDINALS:
             numbers.append((start, lx.EN_ORDINALS[low]))
@@ -2283,10 +2283,15 @@ def _word(tok: str) -> str:
     return low.replace("'", "")
 
 
-def _unit(low: str, nxt: str, units: set[str]) -> None:
-    """The unit of a number: the rest of the token ("5km") or the next word ("5 km")."""
+# Words between a number and its scale: "350 degrees Celsius" is in Celsius, as "350 C" is.
+_SCALE_OF = frozenset({"degree", "degrees", "deg"})
+
+
+def _unit(low: str, nxt: str, units: set[str], after: str = "") -> None:
+    """The unit of a number: the rest of the token ("5km"), the next word ("5 km"), or the scale after
+    "degrees" ("350 degrees Fahrenheit")."""
     rest = low.lstrip("0123456789.,:")
-    unit = lx.EN_UNITS.get(rest) if rest else lx.EN_UNITS.get(nxt)
+    unit = lx.EN_UNITS.get(rest) if rest else lx.EN_UNITS.get(after if nxt in _SCALE_OF else nxt)
     if unit:
         units.add(unit)
 

@@ -490,6 +490,9 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("How can I lower my heating bill?", "what makes the heating bill go up?", "antonym"),
     ("How do I turn the volume up on my TV?", "TV is too loud, how do I turn it down?", "antonym"),
     ("Why did my electricity bill go down?", "what makes electricity bills increase", "antonym"),
+    # a scale after "degrees" is the number's unit
+    ("My thermometer reads Fahrenheit. What is 40 Celsius in Fahrenheit?", "What's 40 degrees Fahrenheit in Celsius?",
+     "number"),
     # the same thing owned by the other of two terms (Chinese 的)
     ("微波炉的菜谱能直接用烤箱做吗", "烤箱的菜谱能直接放进微波炉里做吗", "order"),
     # undoing the action the other text asks how to do (解除 / 取消 + verb)
@@ -515,6 +518,7 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("My bill went up, how do I bring it down?", "how can I reduce my bill"),  # both sides in one text
     ("What helps with lower back pain?", "remedies for pain in the lower back"),  # "lower" is no verb here
     ("How do I make my website load faster?", "how to reduce page load time"),  # speed is no amount
+    ("My thermometer reads Fahrenheit. What is 40 Celsius in Fahrenheit?", "what's 40 degrees celsius in fahrenheit"),
     ("公司的年假制度是怎样的", "年假制度在公司里是怎么规定的"),
     ("老师的工资和公务员的工资哪个高", "公务员的工资和老师的工资谁高"),  # a thing owned twice is compared
     ("怎么取消自动续费", "自动续费怎么关掉"),  # the other text asks to stop it too
