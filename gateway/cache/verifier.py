@@ -2159,6 +2159,8 @@ def _english_facts(text: str) -> EnglishFacts:
         if date:
             dates.add(date)
         group = lx.EN_QUALIFIERS.get(low) or lx.EN_QUALIFIERS.get(f"{low} {nxt}")
+        if group == "free" and _without(prev):
+            group = None
         if group and not (low == "best" and nxt == "way"):  # "the best way to" asks how, not for a ranking
             qualifiers.add(group)
         if _is_entity(tok, low, text, start, i):
@@ -2169,6 +2171,18 @@ def _english_facts(text: str) -> EnglishFacts:
     for i in negating_verbs:
         lower[i] = "not"
     return negations, numbers, units, dates, entities, lower, qualifiers, _polar(lower), [s for _, s in tokens]
+
+
+def _without(prev: str) -> bool:
+    """Whether "free" after this word reads "without it" ("gluten free", "sugar free", "tax free": the
+    spaced form of "gluten-free"), not a price: a content word, not a verb or an adverb before it ("is it
+    free", "totally free", "for free")."""
+    return (prev.isalpha() and len(prev) >= 3 and prev not in _FUNCTION and not _weak(prev)
+            and not prev.endswith("ly") and prev not in _BE and prev not in _STATE_VERBS)
+
+
+_STATE_VERBS = frozenset({"get", "gets", "got", "stay", "stays", "set", "feel", "feels", "break", "keep", "come",
+                          "comes", "ride", "rides", "eat", "eats"})
 
 
 _FALL_TO = frozenset({"a", "an", "the", "about", "around", "just", "only", "under", "below", "nearly", "almost",

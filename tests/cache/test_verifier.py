@@ -504,6 +504,8 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("How do I turn a JSON string into a dict?", "got a dict, how can I make a JSON string from it?", "order"),
     # the asker's "my" moved to the other thing
     ("My bike was hit by a car, who pays?", "My car hit a bike, who pays?", "order"),
+    # "free" is still a price where it reads one (after a verb or a be)
+    ("Is delivery free for members?", "Is delivery paid for members?", "scope"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -519,6 +521,7 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("What helps with lower back pain?", "remedies for pain in the lower back"),  # "lower" is no verb here
     ("How do I make my website load faster?", "how to reduce page load time"),  # speed is no amount
     ("My thermometer reads Fahrenheit. What is 40 Celsius in Fahrenheit?", "what's 40 degrees celsius in fahrenheit"),
+    ("Is this bread gluten-free?", "is this bread gluten free"),  # "free" after a noun is "without", no price
     ("公司的年假制度是怎样的", "年假制度在公司里是怎么规定的"),
     ("老师的工资和公务员的工资哪个高", "公务员的工资和老师的工资谁高"),  # a thing owned twice is compared
     ("怎么取消自动续费", "自动续费怎么关掉"),  # the other text asks to stop it too
