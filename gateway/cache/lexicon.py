@@ -551,6 +551,22 @@ ZH_VERB_START = frozenset("查申办修更改看想吃服用打找买卖开关�
 # a different member of the same class asks about another thing, however the rest was reworded. Each entry is
 # one thing: its spellings separated by "|" (the first is its id). Words with a common other sense ("go",
 # "rust", "swift", "apple", "pound", "edge", "word", "node", "teams") are left out or spelt in full.
+# Names with a common other sense ("c" a grade or vitamin, "go" the verb, "rust" on iron, "r" a letter),
+# read as the name only right before a noun of its kind ("a C function", "Go code", "R script", "C 语言"):
+# (class, id of the thing, the nouns of its kind).
+_CODE_NOUNS = ("code", "program", "programs", "programming", "function", "functions", "library", "libraries",
+               "script", "scripts", "compiler", "extension", "extensions", "module", "modules", "programmer",
+               "programmers", "developer", "developers", "project", "projects", "source", "binding", "bindings",
+               "api", "header", "headers", "struct", "structs", "pointer", "pointers", "package", "packages",
+               "语言", "代码", "程序", "函数", "库", "脚本")
+NAMED_BEFORE_NOUN: dict[str, tuple[str, str, frozenset[str]]] = {
+    "c": ("language", "c", frozenset(_CODE_NOUNS)),
+    "go": ("language", "golang", frozenset(_CODE_NOUNS)),
+    "rust": ("language", "rust", frozenset(_CODE_NOUNS)),
+    "swift": ("language", "swift", frozenset(_CODE_NOUNS)),
+    "r": ("language", "r", frozenset(_CODE_NOUNS)),
+}
+
 ENTITY_CLASSES: dict[str, tuple[str, ...]] = {
     "language": (
         "python|py", "java", "javascript|js", "typescript|ts", "golang", "c++|cpp", "c#|csharp", "ruby",

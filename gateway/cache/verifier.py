@@ -1994,7 +1994,10 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
                 i += n
                 break
         else:
-            start, _, word = words[i]
+            start, end, word = words[i]
+            named = _named_before_noun(word, words[i + 1][2] if i + 1 < len(words) else "", folded, end)
+            if named:
+                spans.append((start, end, named))
             if not word.isalnum():
                 spans.extend((start + m.start(), start + m.end(), _NAMED_IDS[m.group(0)])
                              for m in _NAME_PART.finditer(word)
@@ -2028,6 +2031,24 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
                     break
         found.append((thing, role))
     return found
+
+
+_ZH_NOUN_AFTER = re.compile(r"\s*([\u4e00-\u9fff]{1,2})")
+
+
+def _named_before_noun(word: str, nxt: str, folded: str, end: int) -> tuple[tuple[str, str], ...]:
+    """A name of lx.NAMED_BEFORE_NOUN read as the name: right before a noun of its kind, the next Latin word
+    ("a C function", "Go code") or the Chinese word after it ("C 语言", "C 程序"); elsewhere ("vitamin C", "go
+    home", "20 C") it names nothing."""
+    entry = lx.NAMED_BEFORE_NOUN.get(word)
+    if entry is None:
+        return ()
+    cls, thing, nouns = entry
+    m = _ZH_NOUN_AFTER.match(folded, end)
+    after = folded[end:end + 1] == " " and nxt in nouns
+    if after or (m and (m.group(1) in nouns or m.group(1)[:1] in nouns)):
+        return ((cls, thing),)
+    return ()
 
 
 def _named_reversed(a: tuple[tuple[str, str | None], ...], b: tuple[tuple[str, str | None], ...]) -> bool:

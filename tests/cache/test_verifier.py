@@ -506,6 +506,9 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("My bike was hit by a car, who pays?", "My car hit a bike, who pays?", "order"),
     # "free" is still a price where it reads one (after a verb or a be)
     ("Is delivery free for members?", "Is delivery paid for members?", "scope"),
+    # a name with another sense ("rust", "go", "c") is the name right before a noun of its kind
+    ("How do I call a Rust function from Python?", "How can I call a Python function from inside a Rust program?",
+     "order"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -531,6 +534,8 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("How do I turn a JSON string into a dict?", "how can I make a dict from a JSON string?"),
     ("My car was hit by a truck, who pays?", "a truck hit my car, who pays?"),
     ("How do I connect my laptop to a monitor?", "connect a laptop to my monitor"),  # "my" of no subject
+    ("How do I call a Rust function from Python?", "calling Rust functions from Python code"),
+    ("Is vitamin C good for a cold?", "does vitamin c help with colds"),
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
