@@ -509,6 +509,8 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     # a name with another sense ("rust", "go", "c") is the name right before a noun of its kind
     ("How do I call a Rust function from Python?", "How can I call a Python function from inside a Rust program?",
      "order"),
+    # two parties exchanged around a verb in one clause, named again in another (去 before a verb read out)
+    ("房东扣了租客的押金，租客怎么去投诉房东", "租客欠了房东的房租，房东怎么投诉租客", "order"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -536,6 +538,8 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("How do I connect my laptop to a monitor?", "connect a laptop to my monitor"),  # "my" of no subject
     ("How do I call a Rust function from Python?", "calling Rust functions from Python code"),
     ("Is vitamin C good for a cold?", "does vitamin c help with colds"),
+    ("老板拖欠工资，员工怎么去告老板", "老板一直拖欠工资，员工要怎么告老板"),
+    ("房东不退押金，我能去起诉房东吗", "我能起诉房东吗，房东不退押金"),
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
