@@ -153,7 +153,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if a.dates != b.dates and (close or _date_conflict(a.dates, b.dates)):
         return "date"
     missing_a, missing_b = _missing_entity(a, b), _missing_entity(b, a)
-    if (missing_a and missing_b) or (close and (missing_a or missing_b)):
+    if ((missing_a and missing_b) or (close and (missing_a or missing_b))) and not _names_synonymous(a, b):
         return "entity"
     if a.qualifiers != b.qualifiers and (close or _family_conflict(a.qualifiers, b.qualifiers)):
         return "scope"
@@ -316,6 +316,35 @@ def _missing_entity(a: Facts, b: Facts) -> bool:
                 continue
         return True
     return False
+
+
+def _names_synonymous(a: Facts, b: Facts) -> bool:
+    """Each run of names one text has and the other lacks is one WordNet reads as a synonym (a shared synset,
+    not a kind of it) of a run the other text has: "Saigon" / "Ho Chi Minh City", "Bombay" / "Mumbai",
+    "Burma" / "Myanmar": one place under two names. Runs are consecutive words, joined with "_"."""
+    runs_a, runs_b = _name_runs(a, b), _name_runs(b, a)
+    if not runs_a or not runs_b:
+        return False
+    return (all(any(_synonyms(x, y) for y in runs_b) for x in runs_a)
+            and all(any(_synonyms(x, y) for x in runs_a) for y in runs_b))
+
+
+def _name_runs(a: Facts, b: Facts) -> list[str]:
+    """The runs of consecutive words of a that are names b lacks ("ho chi minh city" -> "ho_chi_minh_city")."""
+    lone = {e for e in a.entities if e not in b.counts and e not in b.entities}
+    runs: list[str] = []
+    run: list[str] = []
+    for w in (*a.words, ""):
+        if w in lone:
+            run.append(w)
+        elif run:
+            runs.append("_".join(run))
+            run = []
+    return runs
+
+
+def _synonyms(x: str, y: str) -> bool:
+    return bool(set(wn.senses(x, "n", 4)) & set(wn.senses(y, "n", 4)))
 
 
 def _substituted_name(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]]) -> bool:
