@@ -307,8 +307,13 @@ def _prefix_negated(a: Facts, b: Facts) -> bool:
 
 
 def _missing_entity(a: Facts, b: Facts) -> bool:
+    both = a.named & b.named
     for e in a.entities:
         if e in b.counts or e in b.entities:
+            continue
+        # a word of a lexicon name both texts name, spelt another way ("NYC" / "New York City", "Node.js" /
+        # "nodejs", "PostgreSQL" / "Postgres")
+        if both and not both.isdisjoint(_NAME_WORDS.get(e, ())):
             continue
         # quoted strings, titles and identifiers: present somewhere in the other text (《劳动法》 / <劳动法>)
         if " " in e or not e.isalnum() or not e.isascii():
@@ -1802,16 +1807,27 @@ def _product_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 def _product(words: tuple[str, ...]) -> str | None:
     """The head word of what a text's first conversion makes (see _CONVERTING and _MAKING), or None."""
     for i, w in enumerate(words):
-        reach = words[i + 1:i + 1 + _CONVERSION_REACH]
         if w in _CONVERTING:
-            for k, x in enumerate(reach):
-                if x in ("into", "to"):
-                    return _head(words[i + 2 + k:i + 6 + k])
+            for k in _reach(words, i):
+                if words[k] in ("into", "to"):
+                    return _head(words[k + 1:k + 5])
         elif w in _MAKING:
-            for k, x in enumerate(reach):
-                if x == "from" or (x == "out" and reach[k + 1:k + 2] == ("of",)):
-                    return _head(reach[:k])
+            for k in _reach(words, i):
+                if words[k] == "from" or (words[k] == "out" and words[k + 1:k + 2] == ("of",)):
+                    return _head(words[i + 1:k])
     return None
+
+
+def _reach(words: tuple[str, ...], i: int) -> Iterator[int]:
+    """The places of the _CONVERSION_REACH words after words[i], numbers not counted ("a date string like
+    2024-05-01 into ...": an example's digits are no words of the phrase)."""
+    counted = 0
+    for k in range(i + 1, len(words)):
+        if counted == _CONVERSION_REACH:
+            return
+        yield k
+        if not words[k][:1].isdigit():
+            counted += 1
 
 
 def _head(phrase: tuple[str, ...]) -> str | None:
@@ -2006,6 +2022,13 @@ def _named_tables() -> tuple[dict[str, tuple[tuple[str, str], ...]], dict[str, t
 
 
 _NAMED_IDS, _NAMED_CJK, _NAMED_MAX_WORDS = _named_tables()
+# Each Latin spelling of a lexicon name, and each of its words and dotted parts ("new york city", "new",
+# "york", "city"; "node.js", "node"), with the things it spells or is part of.
+_NAME_WORDS: dict[str, frozenset[tuple[str, str]]] = {}
+for _spelling, _things in _NAMED_IDS.items():
+    if _things and not _CJK.match(_spelling):
+        for _part in {_spelling, *_spelling.split(" "), *re.split(r"[ .'-]", _spelling)}:
+            _NAME_WORDS[_part] = _NAME_WORDS.get(_part, frozenset()) | frozenset(_things)
 # A Latin word as the lexicon spells names: "c++", "c#", "node.js", "xi'an", "objective-c".
 _NAME_TOKEN = re.compile(r"[a-z0-9][a-z0-9+#]*(?:[.'-][a-z0-9][a-z0-9+#]*)*")
 _NAME_PART = re.compile(r"[a-z0-9][a-z0-9+#]*")

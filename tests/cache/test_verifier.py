@@ -513,6 +513,10 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("房东扣了租客的押金，租客怎么去投诉房东", "租客欠了房东的房租，房东怎么投诉租客", "order"),
     # another place is still another place when the names are no WordNet synonyms
     ("Cheap flights to Saigon", "cheap flights to Hanoi", "entity"),
+    # a conversion's reach counts no digits of an example, so the product swap is still read once JS and
+    # JavaScript are one name
+    ("In JavaScript, how do I convert a Unix epoch timestamp into a readable date?",
+     "JS: turn a date string like '2024-05-01' into a unix timestamp", "order"),
 ])
 def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
@@ -545,6 +549,10 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     # one place under two names WordNet has as synonyms
     ("Do I need a visa for Burma?", "visa for Myanmar"),
     ("Cheap flights to Saigon", "cheap flights to Ho Chi Minh City"),
+    # a lexicon name both texts name, spelt another way
+    ("How do I get from Boston to NYC by bus?", "bus from Boston to New York City"),
+    ("How to install Node.js on Debian 12", "install nodejs on debian 12"),
+    ("Which port does PostgreSQL listen on?", "postgres default port"),
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
