@@ -25,6 +25,7 @@
 #endif
 
 #define KEYS 8
+#define AHEAD 4 /* blocks requested ahead of the one in use, in each pass */
 #define LINE_FLOATS 16 /* a 64-byte cache line */
 
 /* 8 floats as one value (GCC/clang vector extension): one AVX register, two NEON ones. Plain C loops over
@@ -174,16 +175,23 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
             const int64_t next_blocks = next < items ? (context_lens[next_b] + block_size - 1) / block_size : 0;
             const int64_t *next_table = block_tables + next_b * max_blocks;
             const float *next_kh = k_cache + (next % num_kv_heads) * head_stride;
-            /* Every key block is requested up front, and each value block while its key block is scored: the
-               memory system then has many blocks in flight (an item's K and V fit in L2) instead of one. */
-            for (int64_t blk = 0; blk < nblocks; blk++) prefetch_rows(kh + table[blk] * block_floats, block_floats);
+            /* Blocks are requested AHEAD blocks before their use within each pass (keys, then values: the first
+               values while the last keys are scored), and the next item's keys all through this one's value
+               pass. Before, every key block was requested at the item's start and each value block beside its
+               key block: the kernel alone, batch 24, contexts 60-640, 30 layers' caches cycled, 0.52 -> 0.47
+               ms per layer (26 -> 29 GB/s; AHEAD 8: 0.49). Asking for the next item's first blocks only, near
+               the end, measured 0.59: its keys are better requested early and many at a time. */
+            for (int64_t blk = 0; blk < nblocks && blk < AHEAD; blk++)
+                prefetch_rows(kh + table[blk] * block_floats, block_floats);
             /* keys block by block: within a block they are contiguous, and 8 keys' dot products run side by
                side (independent sums the CPU overlaps) */
             for (int64_t blk = 0; blk < nblocks; blk++) {
                 const float *kb = kh + table[blk] * block_floats;
                 const int64_t t0 = blk * block_size;
                 const int64_t n = len - t0 < block_size ? len - t0 : block_size;
-                prefetch_rows(vh + table[blk] * block_floats, block_floats);
+                if (blk + AHEAD < nblocks) prefetch_rows(kh + table[blk + AHEAD] * block_floats, block_floats);
+                if (blk + AHEAD >= nblocks && blk + AHEAD - nblocks < nblocks) /* the first values, near the end */
+                    prefetch_rows(vh + table[blk + AHEAD - nblocks] * block_floats, block_floats);
                 for (int64_t g = 0; g < group; g++) {
                     const float *qv = q + (b * num_heads + kvh * group + g) * head_dim;
                     float *s = scores + g * row + t0;
@@ -223,6 +231,8 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
                         const int64_t step = g * nblocks + blk, steps = group * nblocks;
                         for (int64_t nk = step * next_blocks / steps; nk < (step + 1) * next_blocks / steps; nk++)
                             prefetch_rows(next_kh + next_table[nk] * block_floats, block_floats);
+                        if (g == 0 && blk + AHEAD < nblocks) /* later heads find the values in L2 */
+                            prefetch_rows(vh + table[blk + AHEAD] * block_floats, block_floats);
                         const float *vb = vh + table[blk] * block_floats;
                         const int64_t t0 = blk * block_size;
                         const int64_t n = len - t0 < block_size ? len - t0 : block_size;
@@ -240,6 +250,7 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
             memset(acc, 0, sizeof(float) * group * head_dim);
             for (int64_t blk = 0; blk < nblocks; blk++) {
                 const float *vb = vh + table[blk] * block_floats;
+                if (blk + AHEAD < nblocks) prefetch_rows(vh + table[blk + AHEAD] * block_floats, block_floats);
                 /* the next item's key blocks, spread evenly over this pass */
                 for (int64_t nk = blk * next_blocks / nblocks; nk < (blk + 1) * next_blocks / nblocks; nk++)
                     prefetch_rows(next_kh + next_table[nk] * block_floats, block_floats);
