@@ -237,8 +237,8 @@ void paged_decode_attention(const float *q, const float *k_cache, const float *v
                         const int64_t t0 = blk * block_size;
                         const int64_t n = len - t0 < block_size ? len - t0 : block_size;
                         for (int64_t j = 0; j < n; j++) {
-                            vecw pj = {0};
-                            pj += p[t0 + j];
+                            const vecw zero = {0};
+                            const vecw pj = p[t0 + j] - zero; /* a broadcast (0 + p would cost an add) */
                             for (int i = 0; i < WIDE_HEAD_DIM / VW; i++)
                                 a[i] += pj * loadw(vb + j * head_dim + i * VW);
                         }
