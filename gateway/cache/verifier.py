@@ -173,7 +173,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
                           or _owner_reversed(a.owned, b.owned) or _rank_moved(a.order, b.order)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if (_polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words)
-            or _owner_moved(a.words, b.words)):
+            or _owner_moved(a.words, b.words) or _sequence_reversed(a.folded, b.folded)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -1859,6 +1859,50 @@ def _owner_moved(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     x = (mine_a & some_b) - mine_b
     y = (some_a & mine_b) - mine_a
     return bool(x and y and x != y)
+
+
+# ---- which of two events comes first ------------------------------------------------------------------------
+
+
+_SEQUENCE_WORDS = frozenset({"before", "after"})
+_SEQUENCE_CLAUSE = re.compile(r"[,.;:!?()]|\b(?:but|while|whereas|and then|then|when|if)\b")
+
+
+def _sequence_reversed(a: str, b: str) -> bool:
+    """Two events on either side of the same "before" or "after", each on the other side in the other text:
+    "Is it ok to go for a run right after eating?" / "Is it ok to eat right after going for a run?", "paint
+    the walls before the ceiling" / "should the ceiling go before the walls" (the words are kept, so nothing
+    reads a change; the order checks want the terms themselves exchanged, not "go for a run" / "eat"). One
+    event word moved each way, read in the clause of the one "before" or "after" each text has; "before" put
+    for "after" with the events moved too ("the walls before the ceiling" / "the ceiling after the walls")
+    is wording, and a text with two such words reads no one order."""
+    sa, sb = _sequence(a), _sequence(b)
+    if sa is None or sb is None or sa[0] != sb[0]:
+        return False
+    _, first_a, then_a = sa
+    _, first_b, then_b = sb
+    return bool(first_a & then_b - first_b) and bool(then_a & first_b - then_b)
+
+
+@lru_cache(maxsize=4096)
+def _sequence(text: str) -> tuple[str, frozenset[str], frozenset[str]] | None:
+    """("before" or "after", the content stems before it in its clause, those after it) for a text with one
+    such word, else None."""
+    if "before" not in text and "after" not in text:
+        return None
+    found = None
+    for clause in _SEQUENCE_CLAUSE.split(text):
+        words = [_word(m.group(0)) for m in _WORD.finditer(clause)]
+        for i, w in enumerate(words):
+            if w in _SEQUENCE_WORDS:
+                if found is not None:
+                    return None
+                found = (w, _event_stems(words[:i]), _event_stems(words[i + 1:]))
+    return found
+
+
+def _event_stems(words: list[str]) -> frozenset[str]:
+    return frozenset(_stem(w) for w in words if len(w) >= 3 and w not in _FUNCTION and not _weak(w))
 
 
 @lru_cache(maxsize=4096)

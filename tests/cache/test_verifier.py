@@ -556,3 +556,23 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
+
+
+# eighth pass, English (verifier_dev7.jsonl, verifier_dev8.jsonl): the general forms of their leaks
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    # two events on either side of one "before" / "after", each moved to the other side
+    ("Is it ok to swim right after eating?", "Is it ok to eat right after swimming?", "order"),
+    ("Should I sand the doors before the frames?", "When sanding, should the frames go before the doors?", "order"),
+])
+def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
+    assert verify(a, b) == Verdict(False, reason)
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Should I stretch before running?", "is it good to stretch before a run"),
+    ("Is it ok to swim right after eating?", "swimming straight after a meal, is it ok?"),
+    ("Should I wash rice before cooking it?", "before cooking rice, do I need to rinse it?"),  # fronted clause
+])
+def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
