@@ -2373,12 +2373,19 @@ _CHANGE_VERBS: dict[str, int] = {
     **dict.fromkeys(("decrease", "decreases", "decreased", "decreasing", "reduce", "reduces", "reduced",
                      "reducing", "lower", "lowers", "lowered", "lowering", "dropped", "drops", "dropping",
                      "plummet", "plummeted", "shrink", "shrinks", "shrank", "shrunk", "shrinking"), -1),
+    # verbs made of an adjective of size (-en): a change toward that side, as "make it thicker" is
+    **dict.fromkeys(("thicken", "thickens", "thickened", "thickening", "widen", "widens", "widened", "widening",
+                     "lengthen", "lengthens", "lengthened", "lengthening", "deepen", "deepens", "deepened",
+                     "strengthen", "strengthens", "strengthened", "strengthening"), 1),
+    **dict.fromkeys(("shorten", "shortens", "shortened", "shortening", "weaken", "weakens", "weakened",
+                     "weakening", "lessen", "lessens", "lessened"), -1),
 }
 _CHANGE_PARTICLES: dict[str, dict[str, int]] = {
     **dict.fromkeys(("go", "goes", "went", "gone", "going"), {"up": 1, "down": -1}),
     **dict.fromkeys(("slow", "slows", "slowed", "slowing"), {"down": -2}),  # +-2: the pace axis
     **dict.fromkeys(("speed", "speeds", "sped", "speeding"), {"up": 2}),
     **dict.fromkeys(("bring", "brings", "brought", "bringing"), {"down": -1}),  # "bring up" a topic: no change
+    **dict.fromkeys(("thin", "thins", "thinned", "thinning"), {"out": -1}),  # "thin hair" is a state
     **dict.fromkeys(("turn", "turns", "turned", "turning", "scale", "scaled", "ramp", "ramped", "dial"),
                     {"up": 1, "down": -1}),
 }

@@ -563,6 +563,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # two events on either side of one "before" / "after", each moved to the other side
     ("Is it ok to swim right after eating?", "Is it ok to eat right after swimming?", "order"),
     ("Should I sand the doors before the frames?", "When sanding, should the frames go before the doors?", "order"),
+    # a verb made of an adjective of size (thicken, shorten, thin out) is a change toward that side
+    ("How do I make my beard look thicker?", "How do I thin out a really thick beard?", "antonym"),
+    ("How do I make my essay longer?", "how can I shorten my essay", "antonym"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -573,6 +576,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Should I stretch before running?", "is it good to stretch before a run"),
     ("Is it ok to swim right after eating?", "swimming straight after a meal, is it ok?"),
     ("Should I wash rice before cooking it?", "before cooking rice, do I need to rinse it?"),  # fronted clause
+    ("How do I make my beard look thicker?", "how to thicken a thin beard"),  # "thin" is a state here
+    ("How do I make my essay longer?", "ways to lengthen an essay"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
