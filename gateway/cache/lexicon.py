@@ -218,6 +218,7 @@ _POLAR_AXES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # between loose rewordings (upload / download); the others count only between close texts.
 STRONG_AXES = frozenset({"flow", "crypt", "install", "trade", "switch", "arrive", "allow", "login",
                          "change", "pace",  # verifier._changes: a change asked for, up or down
+                         "course",  # verifier._course: a trouble eased or made worse
                          "hardness", "density", "thickness", "depth", "width", "girth", "length", "size",
                          "wetness", "brightness", "tightness", "rank", "salary"})  # the last: _ZH_STATES
 # Persons of pronouns: who does what to whom ("she sends me" / "I send her") between close texts. "you" is

@@ -2023,7 +2023,7 @@ def facts(text: str) -> Facts:
         entities=frozenset(entities | en_entities),
         opaque=tuple(sorted(opaque)),
         qualifiers=frozenset(qualifiers | zqual),
-        polar=frozenset(polar | zpolar | _changes(words)),
+        polar=frozenset(polar | zpolar | _changes(words) | _course(words)),
         asks=_asks(words, text),
         possessors=frozenset(m.group(1).lower().replace("-", "") for m in _POSSESSIVE.finditer(text)),
         owned=_owned_pairs(text),
@@ -2426,6 +2426,32 @@ def _changes(words: list[str] | tuple[str, ...]) -> set[tuple[str, int]]:
                     break
         if side is not None:
             out.add(("pace", side // 2) if abs(side) == 2 else ("change", side))
+    return out
+
+
+# The course of a trouble asked about: eased (+1) or made worse (-1), however it is said: "What foods help
+# relieve constipation?" / "which foods make constipation worse?" ask for opposite things though they share
+# the trouble and the asking. "better" and "worse" count only after "make" (a state "feel worse" is no
+# course asked for); the axis is strong, since rewordings say the same course with other verbs.
+_COURSE_VERBS: dict[str, int] = {
+    **dict.fromkeys(("relieve", "relieves", "relieved", "relieving", "alleviate", "alleviates", "alleviated",
+                     "alleviating", "soothe", "soothes", "soothed", "soothing"), 1),
+    **dict.fromkeys(("worsen", "worsens", "worsened", "worsening", "aggravate", "aggravates", "aggravated",
+                     "aggravating", "exacerbate", "exacerbates", "exacerbated", "exacerbating"), -1),
+}
+_COURSE_COMPARATIVES = {"better": 1, "worse": -1}
+
+
+def _course(words: list[str] | tuple[str, ...]) -> set[tuple[str, int]]:
+    """The ("course", side) pairs a text takes (see _COURSE_VERBS)."""
+    out: set[tuple[str, int]] = set()
+    for i, w in enumerate(words):
+        side = _COURSE_VERBS.get(w)
+        if side is None and w in _MAKE:
+            side = next((_COURSE_COMPARATIVES[x] for x in words[i + 1:i + 1 + _PARTICLE_REACH]
+                         if x in _COURSE_COMPARATIVES), None)
+        if side is not None:
+            out.add(("course", side))
     return out
 
 

@@ -566,6 +566,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # a verb made of an adjective of size (thicken, shorten, thin out) is a change toward that side
     ("How do I make my beard look thicker?", "How do I thin out a really thick beard?", "antonym"),
     ("How do I make my essay longer?", "how can I shorten my essay", "antonym"),
+    # a trouble eased or made worse
+    ("What drinks help relieve heartburn?", "which drinks make heartburn worse?", "antonym"),
+    ("Does ice soothe a sprained wrist?", "can ice aggravate a sprained wrist", "antonym"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -578,6 +581,9 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Should I wash rice before cooking it?", "before cooking rice, do I need to rinse it?"),  # fronted clause
     ("How do I make my beard look thicker?", "how to thicken a thin beard"),  # "thin" is a state here
     ("How do I make my essay longer?", "ways to lengthen an essay"),
+    ("What drinks help relieve heartburn?", "drinks that ease heartburn"),
+    ("Does coffee make acid reflux worse?", "can coffee aggravate acid reflux"),
+    ("My cough is getting worse, what can relieve it?", "what relieves a bad cough"),  # "getting worse" is a state
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
