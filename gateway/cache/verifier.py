@@ -146,6 +146,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
     close = overlap >= CLOSE_OVERLAP
     if (close and a.negation_odd != b.negation_odd) or _prefix_negated(a, b) or _prefix_negated(b, a):
         return "negation"
+    if _prevented(a.words, b.words) or _prevented(b.words, a.words):
+        return "negation"
     if a.numbers != b.numbers and (close or (a.numbers and b.numbers)):
         return "number"
     if a.units and b.units and a.units != b.units:
@@ -1859,6 +1861,54 @@ def _owner_moved(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     x = (mine_a & some_b) - mine_b
     y = (some_a & mine_b) - mine_a
     return bool(x and y and x != y)
+
+
+# ---- an event kept from happening ---------------------------------------------------------------------------
+
+
+# "keep / stop / prevent X from V-ing" says no to V without a negation word: the other text asking for V
+# itself ("make my screen turn off sooner") asks the opposite. "keep V-ing" (go on) and "stopped V-ing"
+# (ceased) have no "from" and are not read.
+_PREVENTING = frozenset({"keep", "keeps", "kept", "keeping", "stop", "stops", "stopped", "stopping", "prevent",
+                         "prevents", "prevented", "preventing", "block", "blocks", "blocked", "avoid", "avoids"})
+_PREVENT_REACH = 5  # words from the verb to its "from": "keep my phone screen from ..."
+_EVENT_PARTICLES = frozenset({"off", "on", "up", "down", "out", "over", "away"})
+_CAUSING = frozenset({"make", "makes", "making", "let", "lets", "letting", "get", "gets", "getting", "force",
+                      "forces", "help", "helps"})  # the other text brings the event about
+
+
+def _prevented(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """a keeps an event from happening (see _PREVENTING) and b, with no preventing verb nor negation of its
+    own, brings the event's verb (and particle) about with a causing verb a few words before it: "How do I
+    keep my screen from turning off?" / "How do I make my screen turn off sooner?". b keeping it from
+    happening too, in any words ("my screen keeps turning off, how do I stop it"), or only saying that it
+    happens ("my dog pulls on the lead constantly, tips?"), is wording."""
+    event = _prevented_event(a)
+    if event is None or any(w in _PREVENTING or _negating(w) for w in b):
+        return False
+    verb, particle = event
+    return any(_stem(w) == verb and (particle is None or b[i + 1:i + 2] == (particle,))
+               and any(x in _CAUSING for x in b[max(0, i - _PREVENT_REACH):i]) for i, w in enumerate(b))
+
+
+@lru_cache(maxsize=4096)
+def _prevented_event(words: tuple[str, ...]) -> tuple[str, str | None] | None:
+    """(verb stem, particle or None) of the first "V-ing" a preventing verb keeps from happening, or None."""
+    for i, w in enumerate(words):
+        if w not in _PREVENTING:
+            continue
+        for k in range(i + 1, min(i + 1 + _PREVENT_REACH, len(words) - 1)):
+            if words[k] == "from":
+                verb = words[k + 1]
+                if not verb.endswith("ing") or len(verb) < 5:
+                    break
+                nxt = words[k + 2] if k + 2 < len(words) else ""
+                return _stem(verb), nxt if nxt in _EVENT_PARTICLES else None
+    return None
+
+
+def _negating(word: str) -> bool:
+    return word in lx.EN_NEGATIONS or (word.endswith("nt") and word[:-2] in _NT_STEMS)
 
 
 # ---- which of two events comes first ------------------------------------------------------------------------

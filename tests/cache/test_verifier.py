@@ -569,6 +569,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # a trouble eased or made worse
     ("What drinks help relieve heartburn?", "which drinks make heartburn worse?", "antonym"),
     ("Does ice soothe a sprained wrist?", "can ice aggravate a sprained wrist", "antonym"),
+    # an event kept from happening ("keep / stop / prevent X from V-ing") against one brought about
+    ("How do I keep my phone from locking?", "How do I make my phone lock sooner?", "negation"),
+    ("How can I stop my car windows from fogging up?", "what makes car windows fog up", "negation"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -584,6 +587,9 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("What drinks help relieve heartburn?", "drinks that ease heartburn"),
     ("Does coffee make acid reflux worse?", "can coffee aggravate acid reflux"),
     ("My cough is getting worse, what can relieve it?", "what relieves a bad cough"),  # "getting worse" is a state
+    ("How do I keep my phone from locking?", "phone keeps locking itself, how do I stop it"),
+    ("How do I stop my dog from pulling on the leash?", "my dog pulls on the lead constantly, training tips?"),
+    ("How can I stop my car windows from fogging up?", "car windows keep fogging up, how can I stop that"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
