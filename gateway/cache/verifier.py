@@ -163,6 +163,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "scope"
     if _opposed(a.polar, b.polar, strong_only=not close):
         return "antonym"
+    if _en_verbs_opposed(a.words, b.words):
+        return "antonym"
     voice = _voice(a.tokens, b.tokens) or _voice(b.tokens, a.tokens)
     if voice == "swapped":
         return "order"
@@ -237,6 +239,21 @@ def _lexical_change(wa: tuple[str, ...], wb: tuple[str, ...]) -> str | None:
     if any(wn.relation(x, y) == "sibling" for x in only_a for y in only_b):
         return "entity"
     return None
+
+
+_EN_VERB = re.compile(r"..en(?:s|ed|ing)?$")
+
+
+def _en_verbs_opposed(wa: tuple[str, ...], wb: tuple[str, ...]) -> bool:
+    """Each text asks for one of two verbs made of opposite adjectives with -en, a verb the other text lacks
+    (wn.en_verbs_opposed): "How do I tighten a loose faucet handle?" / "faucet handle is stuck, how do I
+    loosen it?". Unlike _lexical_change, a state of the other side in the same text ("loose") does not
+    excuse the pair: the verb is what is asked for."""
+    va = [w for w in wa if _EN_VERB.search(w) and w not in wb]
+    if not va:
+        return False
+    vb = [w for w in wb if _EN_VERB.search(w) and w not in wa]
+    return any(wn.en_verbs_opposed(x, y) for x in va for y in vb)
 
 
 def _wn_same(new_a: list[str], new_b: list[str]) -> bool:

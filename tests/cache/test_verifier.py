@@ -572,6 +572,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # an event kept from happening ("keep / stop / prevent X from V-ing") against one brought about
     ("How do I keep my phone from locking?", "How do I make my phone lock sooner?", "negation"),
     ("How can I stop my car windows from fogging up?", "what makes car windows fog up", "negation"),
+    # two verbs made with -en of opposite adjectives, whatever state each text also names
+    ("How do I tighten a loose bike chain?", "bike chain is too stiff, how do I loosen it?", "antonym"),
+    ("How do I soften hard butter quickly?", "butter too runny, how to harden it", "antonym"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -590,6 +593,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("How do I keep my phone from locking?", "phone keeps locking itself, how do I stop it"),
     ("How do I stop my dog from pulling on the leash?", "my dog pulls on the lead constantly, training tips?"),
     ("How can I stop my car windows from fogging up?", "car windows keep fogging up, how can I stop that"),
+    ("How do I tighten a loose bike chain?", "loose bike chain, how to tighten it"),
+    ("How do I soften hard butter quickly?", "quickest way to soften butter"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
