@@ -136,6 +136,10 @@ QUALIFIER_FAMILY: dict[str, str] = {
     **dict.fromkeys(("free", "paid"), "price"),
 }
 
+# How something went, said with a manner adverb right after the verb ("went well" / "went badly"): the axis
+# "outcome" below; "well" alone is too common a word ("as well", "well, ...") to take a side.
+_OUTCOME_VERBS = ("go", "goes", "went", "gone", "going", "do", "does", "did", "done", "doing", "work", "works",
+                  "worked", "working", "perform", "performs", "performed", "performing")
 # Polar axes: two opposite sides. A pair is rejected when one text takes a side of an axis the other text
 # contradicts ("before" vs "after", "turn on" vs "disable"); a side present in one text only is wording
 # ("How do I stop X" vs "How do I get rid of X"). Two-word entries are matched on adjacent words.
@@ -213,12 +217,14 @@ _POLAR_AXES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "login": (("log in", "login", "sign in", "signin", "logged in", "signed in", "opt in", "log on", "plug in"),
               ("log out", "logout", "sign out", "signout", "logged out", "signed out", "opt out", "log off",
                "unplug")),
+    "outcome": (tuple(f"{v} {adv}" for v in _OUTCOME_VERBS for adv in ("well", "smoothly")),
+                tuple(f"{v} {adv}" for v in _OUTCOME_VERBS for adv in ("badly", "poorly", "wrong"))),
 }
 # Axes whose words are rare and specific enough that taking opposite sides is a different question even
 # between loose rewordings (upload / download); the others count only between close texts.
 STRONG_AXES = frozenset({"flow", "crypt", "install", "trade", "switch", "arrive", "allow", "login",
                          "change", "pace",  # verifier._changes: a change asked for, up or down
-                         "course",  # verifier._course: a trouble eased or made worse
+                         "course", "outcome",  # verifier._course: a trouble eased or made worse; went well / badly
                          "hardness", "density", "thickness", "depth", "width", "girth", "length", "size",
                          "wetness", "brightness", "tightness", "rank", "salary"})  # the last: _ZH_STATES
 # Persons of pronouns: who does what to whom ("she sends me" / "I send her") between close texts. "you" is

@@ -575,6 +575,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # two verbs made with -en of opposite adjectives, whatever state each text also names
     ("How do I tighten a loose bike chain?", "bike chain is too stiff, how do I loosen it?", "antonym"),
     ("How do I soften hard butter quickly?", "butter too runny, how to harden it", "antonym"),
+    # how something went, said with opposite manner adverbs after the verb
+    ("Signs a first date went well", "how do I know if my first date went badly?", "antonym"),
+    ("Why is my new SSD performing poorly?", "my new SSD performs well, why?", "antonym"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -595,6 +598,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("How can I stop my car windows from fogging up?", "car windows keep fogging up, how can I stop that"),
     ("How do I tighten a loose bike chain?", "loose bike chain, how to tighten it"),
     ("How do I soften hard butter quickly?", "quickest way to soften butter"),
+    ("Signs a first date went well", "how can I tell if my first date went well"),
+    ("How do I do well in a job interview?", "tips to do well at job interviews as well as after them"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
