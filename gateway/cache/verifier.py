@@ -155,7 +155,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if a.dates != b.dates and (close or _date_conflict(a.dates, b.dates)):
         return "date"
     missing_a, missing_b = _missing_entity(a, b), _missing_entity(b, a)
-    if ((missing_a and missing_b) or (close and (missing_a or missing_b))) and not _names_synonymous(a, b):
+    if ((missing_a and missing_b) or (close and (missing_a or missing_b))) and not _names_synonymous(a, b) \
+            and not _names_derived(a, b):
         return "entity"
     if a.qualifiers != b.qualifiers and (close or _family_conflict(a.qualifiers, b.qualifiers)):
         return "scope"
@@ -351,6 +352,22 @@ def _names_synonymous(a: Facts, b: Facts) -> bool:
         return False
     return (all(any(_synonyms(x, y) for y in runs_b) for x in runs_a)
             and all(any(_synonyms(x, y) for x in runs_a) for y in runs_b))
+
+
+def _names_derived(a: Facts, b: Facts) -> bool:
+    """Each name one text has and the other lacks is a word made of one the other text lacks, or the
+    other way round (wn.derived): "a book on Roman history" / "ancient Rome's history", "Irish" / "Ireland".
+    A name of another place ("Roman" / "Greece") or a kind of it ("Canadian" / "American") is still one, and
+    texts that share another name are left to the name checks: the two may have exchanged roles ("Can a US
+    citizen work in Canada?" / "Can a Canadian citizen work in the US?"), which no order check reads across
+    two spellings."""
+    if a.entities & b.entities:
+        return False
+    runs_a, runs_b = _name_runs(a, b), _name_runs(b, a)
+    if not runs_a or not runs_b:
+        return False
+    return (all(any(wn.derived(x, y) for y in runs_b) for x in runs_a)
+            and all(any(wn.derived(x, y) for x in runs_a) for y in runs_b))
 
 
 def _name_runs(a: Facts, b: Facts) -> list[str]:

@@ -328,6 +328,26 @@ def _en_verb_of(verb: str, adjective: str) -> bool:
     return bool(bases & set(lemmas(adjective, "a")))
 
 
+@lru_cache(maxsize=16384)
+def derived(x: str, y: str) -> bool:
+    """x is a word made of y, or y of x, across parts of speech (a pertainym or derivation pointer between
+    those very words): "Roman" / "Rome", "Parisian" / "Paris", "Irish" / "Ireland". No kind of it: "Canadian"
+    is an "American" by hypernym, not by derivation."""
+    if database() is None:
+        return False
+    return _derived_from(x, y) or _derived_from(y, x)
+
+
+def _derived_from(x: str, y: str) -> bool:
+    for pos in _POS:
+        for off in senses(x, pos, SAME_SENSES):
+            for sym, ppos, target, src, tgt in _synset(pos, off).pointers:
+                if sym in _CROSS_POS_POINTERS and ppos != pos and target in senses(y, ppos, SAME_SENSES) \
+                        and _links(x, pos, off, y, ppos, target, src, tgt):
+                    return True
+    return False
+
+
 def en_verbs_opposed(x: str, y: str) -> bool:
     """Two verbs made with -en of opposite adjectives ("tighten" / "loosen", "darken" / "lighten", "soften" /
     "harden"): opposite actions, whatever states the texts also name ("tighten a loose handle" / "the handle is
@@ -368,13 +388,7 @@ def _same(x: str, y: str) -> bool:
     if _en_verb_of(x, y) or _en_verb_of(y, x):
         return True
     # across parts of speech: derivationally related forms ("sick" / "sickness", "pay" / "payment")
-    for pos in _POS:
-        for off in senses(x, pos, SAME_SENSES):
-            for sym, ppos, target, src, tgt in _synset(pos, off).pointers:
-                if sym in _CROSS_POS_POINTERS and ppos != pos and target in senses(y, ppos, SAME_SENSES) \
-                        and _links(x, pos, off, y, ppos, target, src, tgt):
-                    return True
-    return False
+    return _derived_from(x, y)
 
 
 def _antonym_targets(x: str, pos: str, off: int) -> set[tuple[int, int]]:

@@ -578,6 +578,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # how something went, said with opposite manner adverbs after the verb
     ("Signs a first date went well", "how do I know if my first date went badly?", "antonym"),
     ("Why is my new SSD performing poorly?", "my new SSD performs well, why?", "antonym"),
+    # a name made of another place is still another place; a shared other name leaves roles to check
+    ("Can you recommend a good book on Roman history?", "a solid read about ancient Greece's history?", "entity"),
+    ("Can a US citizen work in Canada?", "Can a Canadian citizen work in the US?", "entity"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -600,6 +603,9 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("How do I soften hard butter quickly?", "quickest way to soften butter"),
     ("Signs a first date went well", "how can I tell if my first date went well"),
     ("How do I do well in a job interview?", "tips to do well at job interviews as well as after them"),
+    # a name and the word made of it (WordNet derivation) are one name
+    ("Can you recommend a good book on Roman history?", "looking for a solid read about ancient Rome's history"),
+    ("Best novels about Irish history", "good novels on the history of Ireland"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
