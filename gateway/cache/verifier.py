@@ -335,12 +335,29 @@ def _missing_entity(a: Facts, b: Facts) -> bool:
         # "nodejs", "PostgreSQL" / "Postgres")
         if both and not both.isdisjoint(_NAME_WORDS.get(e, ())):
             continue
+        if _owns_shared_name(e, a, b):
+            continue
         # quoted strings, titles and identifiers: present somewhere in the other text (《劳动法》 / <劳动法>)
         if " " in e or not e.isalnum() or not e.isascii():
             if e in b.folded:
                 continue
         return True
     return False
+
+
+def _owns_shared_name(e: str, a: Facts, b: Facts) -> bool:
+    """a writes the name e only as the owner of a name both texts have, and b has that name with no owner:
+    "Shakespeare's Hamlet" / "Hamlet", "Apple's Safari" / "Safari" (the maker or author said, not another
+    thing). Two owners of one name ("Google's Android" / "Samsung's Android") are still two names."""
+    if e not in a.possessors or a.counts[e] != 1:  # once: only as that owner
+        return False
+    owned = [m.group(2).lower() for m in _OWNER_OF.finditer(a.folded) if m.group(1).lower() == e]
+    return bool(owned) and all(x in a.entities and x in b.entities and x not in _owned_names(b) for x in owned)
+
+
+def _owned_names(f: Facts) -> frozenset[str]:
+    """The words written right after some owner's 's in a text."""
+    return frozenset(m.group(2).lower() for m in _OWNER_OF.finditer(f.folded))
 
 
 def _names_synonymous(a: Facts, b: Facts) -> bool:

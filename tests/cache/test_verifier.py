@@ -581,6 +581,8 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # a name made of another place is still another place; a shared other name leaves roles to check
     ("Can you recommend a good book on Roman history?", "a solid read about ancient Greece's history?", "entity"),
     ("Can a US citizen work in Canada?", "Can a Canadian citizen work in the US?", "entity"),
+    # two owners of one name are two names
+    ("Is Google's Android better than iOS?", "Is Samsung's Android better than iOS?", "entity"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -606,6 +608,9 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     # a name and the word made of it (WordNet derivation) are one name
     ("Can you recommend a good book on Roman history?", "looking for a solid read about ancient Rome's history"),
     ("Best novels about Irish history", "good novels on the history of Ireland"),
+    # a name said only as the owner (maker, author) of a name both texts have
+    ("What is the plot of Hamlet?", "summarize the story of Shakespeare's Hamlet"),
+    ("How do I clear the cache in Safari?", "clearing Apple's Safari cache"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
