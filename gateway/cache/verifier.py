@@ -178,7 +178,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
                           or _owner_reversed(a.owned, b.owned) or _rank_moved(a.order, b.order)):
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if (_polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words)
-            or _owner_moved(a.words, b.words) or _sequence_reversed(a.folded, b.folded)):
+            or _owner_moved(a.words, b.words) or _sequence_reversed(a.folded, b.folded)
+            or _doers_exchanged(a.folded, b.folded)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -1733,6 +1734,38 @@ def _doer_changed(a: str, b: str) -> bool:
     if any(d not in _GENERIC_DOERS and (_weak(d) or d.endswith("ly")) for d in (doer_a, doer_b)):
         return False
     return _stem(doer_a) != _stem(doer_b) and wn.relation(doer_a, doer_b) != "same"
+
+
+_OBJECT_REACH = 6  # words from the doer's verb to the other party: "take a tenant to court", "file a claim against"
+_NOT_OBJECT = frozenset({"by", "with", "and", "or", "together", "each", "both", "like", "than", "as"})
+
+
+def _doers_exchanged(a: str, b: str) -> bool:
+    """The doer after each text's first auxiliary is the party the other text's verb acts on, and the verbs
+    differ (same verbs are _doer_changed's): "Can a tenant sue a landlord over mold?" / "Can a landlord take a
+    tenant to court over mold?". A passive or a be ("Can a landlord be sued by a tenant"), a joint or a
+    reciprocal word between ("get along with", "and") keeps the roles."""
+    ma, mb = _DOER.search(a), _DOER.search(b)
+    if ma is None or mb is None:
+        return False
+    doer_a, doer_b = _stem(ma.group(1).removesuffix("'s")), _stem(mb.group(1).removesuffix("'s"))
+    if doer_a == doer_b or {ma.group(1), mb.group(1)} & _GENERIC_DOERS or _weak(doer_a) or _weak(doer_b):
+        return False
+    return _acted_on(b, mb, doer_a) and _acted_on(a, ma, doer_b)
+
+
+def _acted_on(text: str, m: re.Match, party: str) -> bool:
+    """The party stands a few words after the doer's verb in m, with no passive, joint or reciprocal word
+    from the verb to it."""
+    if m.group(2) in _BE or m.group(2) in _PASSIVE_AUX or m.group(2) in _NOT_OBJECT:
+        return False
+    after = [_word(w.group(0)) for w in _WORD.finditer(text, m.end())][:_OBJECT_REACH]
+    for w in after:
+        if w in _NOT_OBJECT or w in _BE:
+            return False
+        if _stem(w) == party:
+            return True
+    return False
 
 
 # "a list of dicts": a noun of a noun, read as one term (stems, articles and possessives skipped).

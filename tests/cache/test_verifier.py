@@ -583,6 +583,10 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     ("Can a US citizen work in Canada?", "Can a Canadian citizen work in the US?", "entity"),
     # two owners of one name are two names
     ("Is Google's Android better than iOS?", "Is Samsung's Android better than iOS?", "entity"),
+    # the doer after the auxiliary is the party the other text's (other) verb acts on
+    ("Can a student sue a university over grades?", "Can a university take a student to court over grades?",
+     "order"),
+    ("Should the buyer pay the agent?", "Should the agent charge the buyer?", "order"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -611,6 +615,9 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     # a name said only as the owner (maker, author) of a name both texts have
     ("What is the plot of Hamlet?", "summarize the story of Shakespeare's Hamlet"),
     ("How do I clear the cache in Safari?", "clearing Apple's Safari cache"),
+    ("Can a student sue a university over grades?", "Can a university be sued by a student over grades?"),
+    ("Can a student sue a university over grades?", "Can a university be taken to court by a student over grades?"),
+    ("Can a cat and a dog live together?", "Can a dog and a cat share a home?"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
