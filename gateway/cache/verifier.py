@@ -2220,6 +2220,13 @@ _LATIN_WORD = re.compile(r"[a-z]+")
 _ZH_PLACE_AFTER_NAME = re.compile(r"\s*[\u4e00-\u9fff]{0,2}?[里内]")
 
 
+# "on" before a name is where a thing happens ("formatted on Windows", "runs on Linux"), as 在 is in
+# Chinese: moved to the other of two names both texts have, it is another question ("Why can't my Mac read
+# a drive formatted on Windows?" / "Windows won't recognise a drive I formatted on my Mac"). Only a role of
+# a named thing: it is no direction word elsewhere.
+_EN_PLATFORM_ON = frozenset({"on"})
+
+
 def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
     """The named things of a text in order, each with the direction word that governs it: the nearest of
     lx.EN_DIRECTIONAL among the three words before it ("from", "to", "than"), or the relation character
@@ -2273,7 +2280,7 @@ def _named(text: str) -> list[tuple[tuple[tuple[str, str], ...], str | None]]:
             role = "在"  # the place it happens in: 在 Python 里调用 Java, Java 程序里调用 Python
         else:
             for word in reversed(_LATIN_WORD.findall(before[-40:])[-3:]):
-                if word in lx.EN_DIRECTIONAL:
+                if word in lx.EN_DIRECTIONAL or word in _EN_PLATFORM_ON:
                     role = word
                     break
         found.append((thing, role))

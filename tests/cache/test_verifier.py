@@ -587,6 +587,10 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     ("Can a student sue a university over grades?", "Can a university take a student to court over grades?",
      "order"),
     ("Should the buyer pay the agent?", "Should the agent charge the buyer?", "order"),
+    # "on" a named platform is where it happens: moved to the other name
+    ("Why can't my Mac read an SD card formatted on Windows?", "Windows won't see an SD card I formatted on my Mac",
+     "order"),
+    ("Can I play Xbox games on a PC?", "Can I play PC games on an Xbox?", "order"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -618,6 +622,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Can a student sue a university over grades?", "Can a university be sued by a student over grades?"),
     ("Can a student sue a university over grades?", "Can a university be taken to court by a student over grades?"),
     ("Can a cat and a dog live together?", "Can a dog and a cat share a home?"),
+    ("Why can't my Mac read a drive formatted on Windows?", "my Mac will not open a USB stick that was formatted on a Windows PC"),
+    ("How do I run Windows on a Mac?", "installing Windows on my Mac"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
