@@ -179,7 +179,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if (_polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words)
             or _owner_moved(a.words, b.words) or _sequence_reversed(a.folded, b.folded)
-            or _doers_exchanged(a.folded, b.folded)):
+            or _doers_exchanged(a.folded, b.folded) or _modifier_exchanged(a.order, b.order)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -746,6 +746,38 @@ def _permuted(a: Facts, b: Facts) -> bool:
             if shared * 2 >= max(len(mid_a), len(mid_b)) and shared >= 2:
                 return True
     return False
+
+
+def _modifier_exchanged(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
+    """Two adjacent terms exchanged right before a shared noun, after a shared start ending in an owner:
+    "feed my puppy adult dog food" / "feed my adult dog puppy food", "give my kitten adult cat food" /
+    reversed. The owned first term is who gets the thing, the second what kind of thing it is; _permuted
+    reads nothing between them as a phrase moved to the front or back, but here neither end moved: the
+    shared noun right after both makes the second term its modifier. Modifiers alone reordered ("best
+    python web framework" / "best web python framework") are wording."""
+    if len(sa) != len(sb) or sa == sb:
+        return False
+    start = 0
+    while sa[start] == sb[start]:
+        start += 1
+    end = len(sa)
+    while sa[end - 1] == sb[end - 1]:
+        end -= 1
+    if not start or sa[start - 1] not in _OWNERS or end == len(sa) or _weak(sa[end]) or sa[end] in _FUNCTION:
+        return False  # "my puppy": a possessed first term is a party; "best python web framework" is not
+    ma, mb = sa[start:end], sb[start:end]
+    for i in range(1, min(_RELAXED_MAX_TERM, len(ma) - 1) + 1):
+        x, y = ma[:i], ma[i:]
+        if len(y) <= _RELAXED_MAX_TERM and mb == y + x and _term(x) and _term(y) and _noun(x[-1]) \
+                and _noun(y[-1]) and not any(t in _ORDER_SYMMETRIC or _weak(t) or t in _FUNCTION for t in ma):
+            return True
+    return False
+
+
+def _noun(word: str) -> bool:
+    """A word WordNet has mostly as a noun and not as an adjective ("puppy", "dog"; not "red")."""
+    pos = wn.major_pos(word)
+    return "n" in pos and "a" not in pos
 
 
 def _term(tokens: tuple[str, ...]) -> bool:

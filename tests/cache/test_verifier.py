@@ -591,6 +591,8 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     ("Why can't my Mac read an SD card formatted on Windows?", "Windows won't see an SD card I formatted on my Mac",
      "order"),
     ("Can I play Xbox games on a PC?", "Can I play PC games on an Xbox?", "order"),
+    # an owned recipient and the kind of the thing given exchanged right before it
+    ("Can I feed my kitten adult cat food?", "Can I feed my adult cat kitten food?", "order"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -624,6 +626,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Can a cat and a dog live together?", "Can a dog and a cat share a home?"),
     ("Why can't my Mac read a drive formatted on Windows?", "my Mac will not open a USB stick that was formatted on a Windows PC"),
     ("How do I run Windows on a Mac?", "installing Windows on my Mac"),
+    ("Is my red leather jacket waterproof?", "Is my leather red jacket waterproof?"),  # modifiers only
+    ("Can I feed my kitten adult cat food?", "is adult cat food ok for my kitten?"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
