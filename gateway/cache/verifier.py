@@ -179,7 +179,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
         return "order"  # (an active text and its passive, agent and patient kept, are one question)
     if (_polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words)
             or _owner_moved(a.words, b.words) or _sequence_reversed(a.folded, b.folded)
-            or _doers_exchanged(a.folded, b.folded) or _modifier_exchanged(a.order, b.order)):
+            or _doers_exchanged(a.folded, b.folded) or _modifier_exchanged(a.order, b.order)
+            or _owner_taken(a.folded, b.folded) or _owner_taken(b.folded, a.folded)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -2069,6 +2070,27 @@ def _sequence(text: str) -> tuple[str, frozenset[str], frozenset[str]] | None:
 
 def _event_stems(words: list[str]) -> frozenset[str]:
     return frozenset(_stem(w) for w in words if len(w) >= 3 and w not in _FUNCTION and not _weak(w))
+
+
+_MY_THING = re.compile(r"\bmy\s+(?:[a-z]+\s+)?([a-z]+)\b(?!')")
+
+
+def _owner_taken(a: str, b: str) -> bool:
+    """A thing a owns to another party ("my manager's calendar") is the asker's own in b ("my Outlook
+    calendar"), which names that party too: "How do I open my manager's calendar in Outlook?" / "How do I
+    give my manager access to my Outlook calendar?". Whose thing it is decides the answer; the words hardly
+    change. The owner is a person (WordNet): "my account's email" / "my work email" is one thing. b owning
+    it to the party as well ("the calendar of my manager"), naming the party right before the thing ("my
+    router password") or not naming the party is wording."""
+    if "'s" not in a or "my " not in b:
+        return False
+    mine = {_stem(m.group(1)) for m in _MY_THING.finditer(b)}
+    for m in _OWNER_OF.finditer(a):
+        owner, thing = m.group(1).lower(), _stem(m.group(2).lower())
+        if thing in mine and owner not in _OWNERS and f"{owner}'s" not in b and wn.is_person(owner) \
+                and re.search(rf"\b{re.escape(owner)}\b(?!'s)(?!\s+(?:[a-z]+\s+)?{re.escape(m.group(2))})", b):
+            return True
+    return False
 
 
 @lru_cache(maxsize=4096)

@@ -348,6 +348,13 @@ def _derived_from(x: str, y: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=16384)
+def is_person(word: str) -> bool:
+    """The word's first noun sense is a kind of person ("manager", "wife", "landlord"; not "account")."""
+    person = set(senses("person", "n", 1))
+    return bool(person) and any(person & _ancestors("n", off, 12).keys() for off in senses(word, "n", 1))
+
+
 def en_verbs_opposed(x: str, y: str) -> bool:
     """Two verbs made with -en of opposite adjectives ("tighten" / "loosen", "darken" / "lighten", "soften" /
     "harden"): opposite actions, whatever states the texts also name ("tighten a loose handle" / "the handle is

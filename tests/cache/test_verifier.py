@@ -593,6 +593,8 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     ("Can I play Xbox games on a PC?", "Can I play PC games on an Xbox?", "order"),
     # an owned recipient and the kind of the thing given exchanged right before it
     ("Can I feed my kitten adult cat food?", "Can I feed my adult cat kitten food?", "order"),
+    # a thing owned to a person made the asker's own, the person still named
+    ("How do I see my son's location on iPhone?", "How do I share my location with my son on iPhone?", "order"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -628,6 +630,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("How do I run Windows on a Mac?", "installing Windows on my Mac"),
     ("Is my red leather jacket waterproof?", "Is my leather red jacket waterproof?"),  # modifiers only
     ("Can I feed my kitten adult cat food?", "is adult cat food ok for my kitten?"),
+    ("How do I see my son's location on iPhone?", "find the location of my son with my iPhone"),
+    ("How do I reset my router's password?", "reset my router password"),  # no person; the owner right before
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
