@@ -146,7 +146,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
     close = overlap >= CLOSE_OVERLAP
     if (close and a.negation_odd != b.negation_odd) or _prefix_negated(a, b) or _prefix_negated(b, a):
         return "negation"
-    if _prevented(a.words, b.words) or _prevented(b.words, a.words):
+    if _prevented(a.words, b.words) or _prevented(b.words, a.words) or _purpose_negated(a, b) \
+            or _purpose_negated(b, a):
         return "negation"
     if a.numbers != b.numbers and (close or (a.numbers and b.numbers)):
         return "number"
@@ -2026,6 +2027,22 @@ def _prevented_event(words: tuple[str, ...]) -> tuple[str, str | None] | None:
 
 def _negating(word: str) -> bool:
     return word in lx.EN_NEGATIONS or (word.endswith("nt") and word[:-2] in _NT_STEMS)
+
+
+# A purpose said no to: "cook rice so it isn't sticky", "so that they don't get soggy".
+_NOT_SO = re.compile(r"\bso(?: that)?(?: it| they| the [a-z]+)? (?:isn'?t|is not|aren'?t|are not|doesn'?t get"
+                     r"|don'?t get|does not get|do not get|won'?t (?:be|get)|will not (?:be|get)) (?:too |so )?"
+                     r"([a-z]+)")
+
+
+def _purpose_negated(a: Facts, b: Facts) -> bool:
+    """a asks for a state not to come about ("How do I cook rice so it isn't sticky?") and b, with no
+    negation, names that state ("how to make sticky rice at home"): the one wants what the other avoids.
+    A complaint ("why isn't my bread fluffy" / "how to make fluffy bread") is no purpose and not read."""
+    if "so " not in a.folded or b.negation_odd:
+        return False
+    m = _NOT_SO.search(a.folded)
+    return m is not None and m.group(1) in b.counts and not any(_negating(w) for w in b.words)
 
 
 # ---- which of two events comes first ------------------------------------------------------------------------

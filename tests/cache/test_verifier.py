@@ -595,6 +595,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     ("Can I feed my kitten adult cat food?", "Can I feed my adult cat kitten food?", "order"),
     # a thing owned to a person made the asker's own, the person still named
     ("How do I see my son's location on iPhone?", "How do I share my location with my son on iPhone?", "order"),
+    # a state a text's purpose says no to, named by the other with no negation
+    ("How do I cook pasta so it isn't sticky?", "how to make sticky pasta at home", "negation"),
+    ("How do I store bread so that it doesn't get stale?", "best way to make stale bread for stuffing", "negation"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -632,6 +635,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Can I feed my kitten adult cat food?", "is adult cat food ok for my kitten?"),
     ("How do I see my son's location on iPhone?", "find the location of my son with my iPhone"),
     ("How do I reset my router's password?", "reset my router password"),  # no person; the owner right before
+    ("How do I cook pasta so it isn't sticky?", "how to cook pasta that is not sticky"),
+    ("Why isn't my bread fluffy?", "how to make fluffy bread"),  # a complaint, no purpose
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
