@@ -181,7 +181,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if (_polarity_crossed(a.folded, b.folded) or _product_swapped(a.words, b.words)
             or _owner_moved(a.words, b.words) or _sequence_reversed(a.folded, b.folded)
             or _doers_exchanged(a.folded, b.folded) or _modifier_exchanged(a.order, b.order)
-            or _owner_taken(a.folded, b.folded) or _owner_taken(b.folded, a.folded)):
+            or _owner_taken(a.folded, b.folded) or _owner_taken(b.folded, a.folded)
+            or _stranded_moved(a.folded, b.folded) or _stranded_moved(b.folded, a.folded)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -2087,6 +2088,22 @@ def _sequence(text: str) -> tuple[str, frozenset[str], frozenset[str]] | None:
 
 def _event_stems(words: list[str]) -> frozenset[str]:
     return frozenset(_stem(w) for w in words if len(w) >= 3 and w not in _FUNCTION and not _weak(w))
+
+
+# A question that strands its "to" / "from" at the end asks for what that word governs ("Which blood types
+# can an O negative donor give to?": the receivers); a question whose "to" governs a party of its own asks
+# for the doer ("Which blood types can donate to someone who is O negative?": the givers).
+_STRANDED = re.compile(r"^(which|what|who|whom)\b[^?]*\b(?:can|could|do|does|did|should|will|would|may|must)"
+                       r"\s+[a-z][a-z' -]*\b(to|from)\s*\?*\s*$")
+
+
+def _stranded_moved(a: str, b: str) -> bool:
+    """b is a wh-question ending in its direction word, a the same wh-question with that word governing a
+    party of its own: the asked-for thing gives in one and receives in the other."""
+    m = _STRANDED.match(b)
+    if m is None or _STRANDED.match(a) or not a.startswith(m.group(1)):
+        return False
+    return re.search(rf"\b{m.group(2)}\s+[a-z]", a) is not None
 
 
 _MY_THING = re.compile(r"\bmy\s+(?:[a-z]+\s+)?([a-z]+)\b(?!')")

@@ -598,6 +598,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # a state a text's purpose says no to, named by the other with no negation
     ("How do I cook pasta so it isn't sticky?", "how to make sticky pasta at home", "negation"),
     ("How do I store bread so that it doesn't get stale?", "best way to make stale bread for stuffing", "negation"),
+    # a wh-question stranding its "to" asks for the receiver; with "to" governing a party, for the giver
+    ("Which countries can export oil to someone like Japan?", "Which countries can a country like Japan export oil to?",
+     "order"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -637,6 +640,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("How do I reset my router's password?", "reset my router password"),  # no person; the owner right before
     ("How do I cook pasta so it isn't sticky?", "how to cook pasta that is not sticky"),
     ("Why isn't my bread fluffy?", "how to make fluffy bread"),  # a complaint, no purpose
+    ("Which blood types can an O negative donor give to?", "which blood types can O negative donors give to"),
+    ("Who can I donate blood to?", "which people can receive my blood"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
