@@ -592,6 +592,10 @@ ENTITY_CLASSES: dict[str, tuple[str, ...]] = {
         "kindle", "huawei|华为", "xiaomi|小米", "samsung|三星",
     ),
     "browser": ("chrome", "firefox", "safari", "microsoft edge", "opera gx"),
+    # airports of one city are put one for another ("flying into Heathrow" / "from Gatwick into central
+    # London"); names of no other common sense only (no "lax", "midway", "newark": a word, a city)
+    "airport": ("heathrow", "gatwick", "stansted", "luton airport", "jfk", "laguardia", "o'hare|ohare", "dulles",
+                "charles de gaulle|cdg", "orly", "schiphol", "narita", "haneda", "incheon", "changi"),
     "app": (
         "gmail", "outlook", "whatsapp", "telegram", "wechat|微信", "alipay|支付宝", "qq", "taobao|淘宝",
         "zoom", "slack", "microsoft teams", "skype", "discord", "netflix", "spotify", "youtube", "instagram", "facebook",
