@@ -182,7 +182,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             or _owner_moved(a.words, b.words) or _sequence_reversed(a.folded, b.folded)
             or _doers_exchanged(a.folded, b.folded) or _modifier_exchanged(a.order, b.order)
             or _owner_taken(a.folded, b.folded) or _owner_taken(b.folded, a.folded)
-            or _stranded_moved(a.folded, b.folded) or _stranded_moved(b.folded, a.folded)):
+            or _stranded_moved(a.folded, b.folded) or _stranded_moved(b.folded, a.folded)
+            or _asker_did(a.words, b.words) or _asker_did(b.words, a.words)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -2088,6 +2089,47 @@ def _sequence(text: str) -> tuple[str, frozenset[str], frozenset[str]] | None:
 
 def _event_stems(words: list[str]) -> frozenset[str]:
     return frozenset(_stem(w) for w in words if len(w) >= 3 and w not in _FUNCTION and not _weak(w))
+
+
+_SUBJECT_ADVERBS = frozenset({"just", "accidentally", "allegedly", "apparently", "supposedly", "also", "already"})
+_THIRD_PARTY_MARKS = frozenset({"a", "an", "the", "my", "our", "some", "another"})
+
+
+def _asker_did(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """A past-tense verb both texts have once, done by the asker ("I") in a and by a person of its own ("a
+    guest", "the host", "my neighbour"; WordNet) in b: "I stayed at an Airbnb and the host claims I broke the TV" /
+    "I host on Airbnb and a guest broke my TV" (who did it decides the answer: the words hardly differ). A
+    passive ("was broken by") or another verb form is not read; the same doer either way is wording."""
+    if "i" not in a:
+        return False
+    for i, w in enumerate(a):
+        if i == 0 or (a[i - 1] != "i" and a[i - 1] not in _SUBJECT_ADVERBS) or a.count(w) != 1 or b.count(w) != 1:
+            continue
+        sb = _doer_before(b, b.index(w))
+        if _doer_before(a, i) == "i" and sb not in (None, "i") and sb not in _FUNCTION and not _weak(sb) \
+                and _past(w) and wn.is_person(sb):
+            return True
+    return False
+
+
+def _past(word: str) -> bool:
+    """A verb's past form ("broke", "damaged"): WordNet reads it as another verb's form, not -ing or -s."""
+    if word.endswith(("ing", "s")) or "v" not in wn.major_pos(word):
+        return False
+    return word not in wn.lemmas(word, "v")
+
+
+def _doer_before(words: tuple[str, ...], i: int) -> str | None:
+    """The subject right before words[i] (adverbs such as "just" skipped): "i", or a noun after an article or
+    owner ("a guest", "my neighbour"), else None."""
+    j = i - 1
+    while j >= 0 and words[j] in _SUBJECT_ADVERBS:
+        j -= 1
+    if j < 0:
+        return None
+    if words[j] == "i":
+        return "i"
+    return words[j] if j and words[j - 1] in _THIRD_PARTY_MARKS else None
 
 
 # A question that strands its "to" / "from" at the end asks for what that word governs ("Which blood types

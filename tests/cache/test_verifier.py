@@ -603,6 +603,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
      "order"),
     # another airport of the city is another named thing
     ("How do I get from Heathrow to central London cheaply?", "cheapest way from Stansted into central London", "entity"),
+    # a past deed of the asker done by another person in the other text
+    ("I host on Airbnb and a guest broke my lamp. How do I get paid back?",
+     "I stayed at an Airbnb and the host says I broke a lamp. How do I dispute it?", "order"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -646,6 +649,8 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Who can I donate blood to?", "which people can receive my blood"),
     ("Cheapest way from Heathrow into central London", "budget transport Heathrow to central london"),
     ("Is JFK or LaGuardia closer to Manhattan?", "Which is nearer Manhattan, LaGuardia or JFK?"),
+    ("A guest broke my TV, how do I get reimbursed by Airbnb?", "my Airbnb guest broke the TV, can I get money back?"),
+    ("I broke my phone screen, does AppleCare cover it?", "does AppleCare cover a phone screen I broke?"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
