@@ -183,7 +183,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             or _doers_exchanged(a.folded, b.folded) or _modifier_exchanged(a.order, b.order)
             or _owner_taken(a.folded, b.folded) or _owner_taken(b.folded, a.folded)
             or _stranded_moved(a.folded, b.folded) or _stranded_moved(b.folded, a.folded)
-            or _asker_did(a.words, b.words) or _asker_did(b.words, a.words)):
+            or _asker_did(a.words, b.words) or _asker_did(b.words, a.words)
+            or _asker_acted(a.words, b.words) or _asker_acted(b.words, a.words)):
         return "order"
     if close:
         edit = _edited(a.words, b.words, overlap >= EDIT_OVERLAP)
@@ -2110,6 +2111,35 @@ def _asker_did(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
                 and _past(w) and wn.is_person(sb):
             return True
     return False
+
+
+_ACT_REACH = 5  # words from the asker's verb to the party it acts on: "hit the back of a truck"
+
+
+def _asker_acted(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """The asker is done to by a party in a's passive ("I got rear-ended by a truck") and does something to
+    that party in b, with "I" or with no subject at all ("Hit the back of a truck that was stopped ...",
+    "I backed into a truck"): who hit whom decides the answer. b with a "by" of its own, or with the party
+    as its subject ("A truck rear-ended me"), is wording."""
+    if "by" not in a or "by" in b:
+        return False
+    agent = _asker_passive_agent(a)
+    if agent is None or b.count(agent) != 1:
+        return False
+    k = b.index(agent)
+    for j in range(max(0, k - _ACT_REACH), k):
+        verb = b[j]
+        if (j == 0 and wn.major_pos(verb) == frozenset({"v"})) or (j and b[j - 1] == "i" and _past(verb)):
+            return True
+    return False
+
+
+def _asker_passive_agent(words: tuple[str, ...]) -> str | None:
+    """The party after "by" in "I got / was <participle> by a <party>", else None."""
+    for i in range(3, len(words) - 1):
+        if words[i] == "by" and words[i - 3] == "i" and words[i - 2] in _BE and words[i - 1] not in _FUNCTION:
+            return next((w for w in words[i + 1:i + 3] if w not in _CONTEXT_SKIP), None)
+    return None
 
 
 def _past(word: str) -> bool:

@@ -606,6 +606,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     # a past deed of the asker done by another person in the other text
     ("I host on Airbnb and a guest broke my lamp. How do I get paid back?",
      "I stayed at an Airbnb and the host says I broke a lamp. How do I dispute it?", "order"),
+    # the asker done to by a party in a passive, doing it to that party in the other text
+    ("I got hit by a van at a stop sign, who's at fault?",
+     "Hit the side of a van that was parked at a stop sign - is it my fault?", "order"),
 ])
 def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
@@ -651,6 +654,7 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Is JFK or LaGuardia closer to Manhattan?", "Which is nearer Manhattan, LaGuardia or JFK?"),
     ("A guest broke my TV, how do I get reimbursed by Airbnb?", "my Airbnb guest broke the TV, can I get money back?"),
     ("I broke my phone screen, does AppleCare cover it?", "does AppleCare cover a phone screen I broke?"),
+    ("I got hit by a van at a stop sign, who's at fault?", "got hit by a van at a stop sign, whose fault is it?"),
 ])
 def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
