@@ -249,6 +249,7 @@ def _lexical_change(wa: tuple[str, ...], wb: tuple[str, ...]) -> str | None:
 
 
 _EN_VERB = re.compile(r"..en(?:s|ed|ing)?$")
+_EN_VERBS_MAX = 6  # -en verbs a side compared: a question asks for one or two actions
 
 
 def _en_verbs_opposed(wa: tuple[str, ...], wb: tuple[str, ...]) -> bool:
@@ -256,10 +257,10 @@ def _en_verbs_opposed(wa: tuple[str, ...], wb: tuple[str, ...]) -> bool:
     (wn.en_verbs_opposed): "How do I tighten a loose faucet handle?" / "faucet handle is stuck, how do I
     loosen it?". Unlike _lexical_change, a state of the other side in the same text ("loose") does not
     excuse the pair: the verb is what is asked for."""
-    va = [w for w in wa if _EN_VERB.search(w) and w not in wb]
+    va = [w for w in wa if _EN_VERB.search(w) and w not in wb and wn.en_bases(w)][:_EN_VERBS_MAX]
     if not va:
         return False
-    vb = [w for w in wb if _EN_VERB.search(w) and w not in wa]
+    vb = [w for w in wb if _EN_VERB.search(w) and w not in wa and wn.en_bases(w)][:_EN_VERBS_MAX]
     return any(wn.en_verbs_opposed(x, y) for x in va for y in vb)
 
 
@@ -2165,17 +2166,31 @@ def _doer_before(words: tuple[str, ...], i: int) -> str | None:
 # A question that strands its "to" / "from" at the end asks for what that word governs ("Which blood types
 # can an O negative donor give to?": the receivers); a question whose "to" governs a party of its own asks
 # for the doer ("Which blood types can donate to someone who is O negative?": the givers).
-_STRANDED = re.compile(r"^(which|what|who|whom)\b[^?]*\b(?:can|could|do|does|did|should|will|would|may|must)"
-                       r"\s+[a-z][a-z' -]*\b(to|from)\s*\?*\s*$")
+_STRANDING_WH = frozenset({"which", "what", "who", "whom"})
+_STRANDING_AUX = frozenset({"can", "could", "do", "does", "did", "should", "will", "would", "may", "must"})
+_STRANDED_WORDS = frozenset({"to", "from"})
 
 
 def _stranded_moved(a: str, b: str) -> bool:
     """b is a wh-question ending in its direction word, a the same wh-question with that word governing a
     party of its own: the asked-for thing gives in one and receives in the other."""
-    m = _STRANDED.match(b)
-    if m is None or _STRANDED.match(a) or not a.startswith(m.group(1)):
+    end = _stranded(b)
+    if end is None or _stranded(a) is not None:
         return False
-    return re.search(rf"\b{m.group(2)}\s+[a-z]", a) is not None
+    wa = _WORD.findall(a)
+    return bool(wa) and wa[0] == _WORD.findall(b)[0] and any(
+        w == end and wa[i + 1][:1].isalpha() for i, w in enumerate(wa[:-1]))
+
+
+def _stranded(text: str) -> str | None:
+    """The direction word a wh-question with an auxiliary ends in ("Which ... can a donor give to?"), or None
+    (words, not one regex: a text at the window limit must not backtrack)."""
+    if not text.rstrip(" ?").endswith(("to", "from")):
+        return None
+    words = _WORD.findall(text)
+    if len(words) < 4 or words[0] not in _STRANDING_WH or words[-1] not in _STRANDED_WORDS:
+        return None
+    return words[-1] if any(w in _STRANDING_AUX for w in words[1:-2]) else None
 
 
 _MY_THING = re.compile(r"\bmy\s+(?:[a-z]+\s+)?([a-z]+)\b(?!')")
@@ -2191,8 +2206,12 @@ def _owner_taken(a: str, b: str) -> bool:
     if "'s" not in a or "my " not in b:
         return False
     mine = {_stem(m.group(1)) for m in _MY_THING.finditer(b)}
+    seen: set[tuple[str, str]] = set()
     for m in _OWNER_OF.finditer(a):
         owner, thing = m.group(1).lower(), _stem(m.group(2).lower())
+        if (owner, thing) in seen:
+            continue
+        seen.add((owner, thing))
         if thing in mine and owner not in _OWNERS and f"{owner}'s" not in b and wn.is_person(owner) \
                 and re.search(rf"\b{re.escape(owner)}\b(?!'s)(?!\s+(?:[a-z]+\s+)?{re.escape(m.group(2))})", b):
             return True

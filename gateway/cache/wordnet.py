@@ -359,12 +359,12 @@ def en_verbs_opposed(x: str, y: str) -> bool:
     """Two verbs made with -en of opposite adjectives ("tighten" / "loosen", "darken" / "lighten", "soften" /
     "harden"): opposite actions, whatever states the texts also name ("tighten a loose handle" / "the handle is
     stuck, how do I loosen it"). WordNet has no antonym pointer between most of these verbs."""
-    bx, by = _en_bases(x), _en_bases(y)
+    bx, by = en_bases(x), en_bases(y)
     return bool(bx and by) and any(_antonym(p, q) for p in bx for q in by)
 
 
 @lru_cache(maxsize=16384)
-def _en_bases(verb: str) -> frozenset[str]:
+def en_bases(verb: str) -> frozenset[str]:
     """The adjectives a verb is made of with -en ("tighten" -> "tight", "flatten" -> "flat")."""
     bases = {lemma[:-2] for lemma in lemmas(verb, "v") if lemma.endswith("en") and len(lemma) > 4}
     bases |= {b[:-1] for b in bases if len(b) > 3 and b[-1] == b[-2]} | {b + "e" for b in bases}
