@@ -126,6 +126,7 @@ MAX_VERIFIED_CHARS = 4096
 
 def verify(query: str, candidate: str) -> Verdict:
     qa, qb = semantic_form(query[:MAX_VERIFIED_CHARS]), semantic_form(candidate[:MAX_VERIFIED_CHARS])
+    qa, qb = _zh_simplified(qa), _zh_simplified(qb)
     if qa.casefold() == qb.casefold():
         return Verdict(True)
     a, b = facts(qa), facts(qb)
@@ -1930,6 +1931,12 @@ def _zh_undone(a: str, b: str) -> bool:
                 return True
             k = a.find(undo, k + 1)
     return False
+
+
+def _zh_simplified(text: str) -> str:
+    """A text with Chinese in it, traditional characters folded to simplified (lexicon.ZH_TRADITIONAL): 無法開機
+    is 无法开机, 高鐵票怎麼退 is 高铁票怎么退. Texts without Chinese are returned as they are."""
+    return text.translate(lx.ZH_TRADITIONAL) if _CJK.search(text) else text
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

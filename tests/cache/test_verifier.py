@@ -556,3 +556,15 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
 ])
 def test_dev6_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
+
+
+# ---- eighth pass, Chinese (verifier_dev8.jsonl, written blind) -------------------------------------------------
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("高铁票怎么退？", "高鐵票怎麼退？"),  # traditional characters are the same question
+    ("打疫苗后能洗澡吗", "打疫苗後能洗澡嗎"),
+    ("iPhone 无法开机怎么办", "iPhone 無法開機怎麼辦"),
+])
+def test_traditional_characters_are_folded(a: str, b: str) -> None:
+    assert verify(b, a).ok
