@@ -187,6 +187,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return "order"
         if _zh_undone(a.cjk_plain, b.cjk_plain) or _zh_undone(b.cjk_plain, a.cjk_plain):
             return "negation"
+        if _zh_negation_flipped(a.folded, b.folded):
+            return "negation"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
@@ -1937,6 +1939,95 @@ def _zh_simplified(text: str) -> str:
     """A text with Chinese in it, traditional characters folded to simplified (lexicon.ZH_TRADITIONAL): 無法開機
     is 无法开机, 高鐵票怎麼退 is 高铁票怎么退. Texts without Chinese are returned as they are."""
     return text.translate(lx.ZH_TRADITIONAL) if _CJK.search(text) else text
+
+
+# A negation and the word it says no to, read locally (the next one or two content characters, or the verb of
+# a "cannot" complement: 报销不了, 上不了网), not clause-wise: 遥控器找不着了，空调咋打开 negates 找, not 空调.
+# Longest first, so 无法 / 没有 / 不能 are one negation whose word follows them; verbs that say no without a
+# negation character (拒绝出具 / 不出具, 忘了关煤气 / 煤气关了) are negations too. 不会 is not: 完全不会做饭 /
+# 怎么学做饭 asks one thing (会 is left as a modal, so nothing follows it).
+_ZH_NEGATOR = re.compile("没有|没法|无法|不能|不可以|不可|没能|不要|不想|不用|不再|不肯|未能|忘了|忘记|拒绝|拒不|不|没|无|未|别")
+_ZH_DEGREE_SKIP = frozenset("太很更最")  # 不太好, 避免太油腻: the word is after the degree
+_ZH_UNABLE = re.compile(r"(?<=[\u4e00-\u9fff])不(?=[了上到动起完懂着住])")  # not 不够, 不见, 不出: no verb before
+# A negation says no to the character right after it (没有发票, 无法开机, 不出热水); the next one may be its verb's
+# object (不吃早饭 / 早饭不吃) or the rest of a word (不油腻, 没收到), so it is said neither yes nor no.
+_ZH_NEGATED_REACH = 2
+# Words before a yes that make it a goal asked for, not a fact stated: 睡不着 / 有啥办法能快点入睡 asks one thing.
+_ZH_GOAL = re.compile("能|可以|想|怎么|如何|怎样|咋|才")
+_ZH_GOAL_REACH = 4  # characters from the goal word to the yes
+
+
+@lru_cache(maxsize=4096)
+def _zh_term_polarity(text: str) -> dict[str, bool]:
+    """Each content character (and Latin word) of a Chinese text with whether a negation says no to it; one
+    said both ways in the text is left out. Question forms (能不能, 要不要) and words that only hold a negation
+    character (非常, 不同, 别人: lexicon.ZH_NOT_NEGATION) negate nothing; a 不 ending a question (办签证不) has
+    no word after it."""
+    s = _blank(_A_NOT_A.sub(lambda m: m.group(1) + "※" * (len(m.group(0)) - 1), text), lx.ZH_NOT_NEGATION)
+    negated: set[int] = set()
+    unsure: set[int] = set()
+    for m in _ZH_NEGATOR.finditer(s):
+        k, reach = m.end(), _ZH_NEGATED_REACH
+        while k < len(s) and (s[k] == " " or s[k] in _ZH_DEGREE_SKIP):
+            k += 1
+        while reach and k < len(s) and _zh_polar_unit(s[k]):
+            (negated if reach == _ZH_NEGATED_REACH else unsure).add(k)
+            k, reach = k + 1, reach - 1
+        if reach == _ZH_NEGATED_REACH and k < len(s) and s[k].isascii() and s[k].isalpha():
+            negated.add(k)  # 没法连 WiFi: the Latin word itself when no character follows the negation
+    for m in _ZH_UNABLE.finditer(s):
+        negated.add(m.start() - 1)  # 报销不了: the verb before the complement
+    negated.update(_zh_prevented(s))
+    seen: dict[str, set[bool]] = {}
+    for m in re.finditer(r"[a-z][a-z0-9+#]*|[\u3400-\u9fff]", s):
+        u = m.group(0)
+        if not (_zh_polar_unit(u) if _CJK.match(u) else len(u) >= 2):
+            continue
+        said_no = m.start() in negated
+        if m.start() in unsure and not said_no:
+            seen.setdefault(u, set()).update((True, False))  # said neither way: left out
+            continue
+        if not said_no and _ZH_GOAL.search(s, max(0, m.start() - _ZH_GOAL_REACH), m.start()):
+            continue  # 能快点入睡: wanted, not said
+        seen.setdefault(u, set()).add(said_no)
+    return {u: next(iter(sides)) for u, sides in seen.items() if len(sides) == 1}
+
+
+def _zh_prevented(s: str) -> list[int]:
+    """Where the events a text asks to prevent stand: the last two characters of the prevention verb's clause
+    (怎么防止水管冬天冻裂: 冻裂; 避免太油腻: 油腻), or of the clause before it when the event was fronted
+    (感冒怎么预防: 感冒). Said no to as 不 says it (才不腻 / 避免太油腻); its subject is not (孩子怎么防止近视 /
+    怎么防止孩子近视 move the subject out of the clause)."""
+    at: list[int] = []
+    for m in _ZH_PREVENT.finditer(s):
+        end = next((k for k in range(m.end(), len(s)) if s[k] in _CLAUSE_BREAKS), len(s))
+        after = [k for k in range(m.end(), end) if _zh_polar_unit(s[k])]
+        if not after:
+            start = next((k + 1 for k in range(m.start() - 1, -1, -1) if s[k] in _CLAUSE_BREAKS), 0)
+            after = [k for k in range(start, m.start()) if _zh_polar_unit(s[k])]
+        at += after[-2:]
+    return at
+
+
+# Verbs of preventing: what they govern is what the asker wants not to happen.
+_ZH_PREVENT = re.compile("防止|避免|预防|以免|免得|防范|(?<![消国边堤预])防(?![火守止范])")  # 防病毒, 防骗; not 消防, 防火墙
+
+
+def _zh_polar_unit(u: str) -> bool:
+    """A character a negation can say no to: any but particles, question words and modals (连 and the other
+    symmetric verbs included: 没法连 WiFi / 连上了 WiFi)."""
+    return "\u3400" <= u <= "\u9fff" and u not in _ZH_INERT
+
+
+def _zh_negation_flipped(a: str, b: str) -> bool:
+    """A word both Chinese texts hold, said no to in one and yes to in the other: iPhone 无法开机 / iPhone 一直
+    自己重新开机, 热水器不出热水 / 热水器出来的水太烫, 没有发票能报销吗 / 有发票为啥还是报销不了. The counted
+    negation (negation_odd) is read only in close texts, and these share too few words to be close; the same
+    word negated in both (保存不发芽 / 才不会发芽) or in neither is wording."""
+    if not (_ZH_NEGATOR.search(a) or _ZH_NEGATOR.search(b) or _ZH_PREVENT.search(a) or _ZH_PREVENT.search(b)):
+        return False
+    pa, pb = _zh_term_polarity(a), _zh_term_polarity(b)
+    return any(pa[u] != pb[u] for u in pa.keys() & pb.keys())
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

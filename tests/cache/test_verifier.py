@@ -568,3 +568,28 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
 ])
 def test_traditional_characters_are_folded(a: str, b: str) -> None:
     assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("iPhone 無法開機怎麼辦", "iPhone一直自己重新开机是什么情况"),  # 無 is 无 once folded
+    ("热水器不出热水是什么原因", "热水器出来的水太烫了怎么调"),
+    ("没有发票能报销吗", "有发票为啥还是报销不了"),
+    ("手机没法连WiFi怎么办", "手机连上了WiFi但是上不了网"),
+    ("怎么防止水管冬天冻裂", "水管冬天已经冻裂了怎么办"),  # what is prevented, said as happened
+])
+def test_zh_word_said_no_and_yes_is_rejected(a: str, b: str) -> None:
+    assert verify(b, a) == Verdict(False, "negation")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("不吃早饭对身体有什么影响？", "早饭不吃对身体有影响吗"),  # the object after the verb is neither
+    ("贷款还不上会坐牢吗？", "还不上贷款会不会坐牢"),
+    ("快递一直没到", "快递还没收到"),
+    ("红烧肉怎么做才不腻？", "红烧肉总是做得很腻，怎么做才能不油腻"),
+    ("红烧肉怎么做才不腻", "做红烧肉如何避免太油腻"),  # prevented is said no to
+    ("晚上睡不着怎么办", "失眠了有啥办法能快点入睡"),  # a yes after 能 is a goal, not a fact
+    ("怎么预防感冒", "感冒怎么预防"),  # the event fronted before the prevention verb
+    ("怎么防止孩子近视", "孩子怎么防止近视"),
+])
+def test_zh_negation_rewordings_pass(a: str, b: str) -> None:
+    assert verify(b, a).ok
