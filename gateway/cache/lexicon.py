@@ -707,3 +707,14 @@ ZH_TRADITIONAL = str.maketrans(
     "层楼窗户墙壁灯亮暗击强与当伤痛痒疮药疗复发错误选择没于脚键码权维护险卫华云欢续签参团湾陆台罚谁"
     "让吗启们账苹闭损压审杀随阳阴",
 )
+
+# The state a Chinese text says something is in now, one character after a word of degree (太瘦, 很硬, 有点松;
+# not 变 / 越来越, which say a change): two texts saying opposite states (太瘦了想增肥 / 太胖了想减肥) ask opposite
+# things even when each also names the other side as its goal.
+_ZH_DEGREE_NOW = ("太", "很", "偏", "较", "挺", "特别", "有点", "过于", "太过")
+ZH_STATE_NOW: dict[str, tuple[str, int]] = _longest_first({  # type: ignore[arg-type]
+    f"{d}{char}": (axis, side)
+    for axis, (plus, minus, _, _) in _ZH_STATES.items()
+    for side, char in ((1, plus), (-1, minus)) if char
+    for d in _ZH_DEGREE_NOW
+})

@@ -189,6 +189,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return "negation"
         if _zh_negation_flipped(a.folded, b.folded):
             return "negation"
+        if _zh_states_opposed(a.folded, b.folded):
+            return "antonym"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
@@ -2028,6 +2030,19 @@ def _zh_negation_flipped(a: str, b: str) -> bool:
         return False
     pa, pb = _zh_term_polarity(a), _zh_term_polarity(b)
     return any(pa[u] != pb[u] for u in pa.keys() & pb.keys())
+
+
+def _zh_states_opposed(a: str, b: str) -> bool:
+    """The two texts say opposite states, each after a word of degree (lexicon.ZH_STATE_NOW): 太瘦了想增肥 /
+    太胖了想减肥. Each text also takes the other side as its goal (增肥, 减肥), so the polar facts, taken as
+    sets, oppose nothing; the state a text starts from tells them apart."""
+    sa, sb = _zh_states(a), _zh_states(b)
+    return any((axis, -side) in sb and (axis, side) not in sb for axis, side in sa - {(x, -y) for x, y in sa})
+
+
+@lru_cache(maxsize=4096)
+def _zh_states(text: str) -> frozenset[tuple[str, int]]:
+    return frozenset(sides for word, sides in lx.ZH_STATE_NOW.items() if word in text)
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

@@ -593,3 +593,13 @@ def test_zh_word_said_no_and_yes_is_rejected(a: str, b: str) -> None:
 ])
 def test_zh_negation_rewordings_pass(a: str, b: str) -> None:
     assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("太瘦了想增肥，该怎么吃", "太胖了想减肥该怎么吃", False),  # opposite states, each with the other as goal
+    ("头发太稀了怎么办", "头发太密了怎么办", False),
+    ("鞋子有点松怎么办", "鞋太紧了怎么办", False),
+    ("太瘦了想增肥，该怎么吃", "我太瘦了，怎么吃能长胖", True),  # the same state, its goal reworded
+])
+def test_zh_opposite_states_after_degree(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
