@@ -191,6 +191,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return "negation"
         if _zh_states_opposed(a.folded, b.folded):
             return "antonym"
+        if _zh_subject_exchanged(a.folded, b.folded):
+            return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
@@ -2043,6 +2045,81 @@ def _zh_states_opposed(a: str, b: str) -> bool:
 @lru_cache(maxsize=4096)
 def _zh_states(text: str) -> frozenset[tuple[str, int]]:
     return frozenset(sides for word, sides in lx.ZH_STATE_NOW.items() if word in text)
+
+
+# Words between a subject and its verb (adverbs, modals): 婆婆总是挑 / 儿媳总挑, 外甥能继承, 员工主动辞职.
+_ZH_BEFORE_VERB = ("总是", "老是", "一直", "经常", "常常", "主动", "应该", "可以", "已经", "总", "能", "可", "会", "要",
+                   "该", "想", "都", "也", "还", "就", "再", "又")
+_ZH_ASKING = ("怎么", "如何", "怎样", "咋")
+# Last characters of Chinese words for people and parties (kin, roles, trades, firms): 婆婆, 儿媳, 舅舅, 外甥,
+# 卖家, 买家, 员工, 公司, 房东, 租客, 老板, 医生. Only these are read as subjects: a thing or place before a verb
+# is mostly a fronted topic (微信怎么注销账号 / 微信账户如何注销, 运动后吃饭好吗 / 吃饭在运动后好不好).
+_ZH_PARTY_ENDS = frozenset("家人者员工方主户东客司板生师妈爸婆媳舅甥姐妹哥弟儿女子母父叔姨姑爷奶友长商")
+_ZH_GOVERNING = frozenset("从到往向比给兑换至对去由自入把在和与跟同及被让")
+
+
+@lru_cache(maxsize=4096)
+def _zh_subjects(text: str) -> dict[str, frozenset[str]]:
+    """Each pair of content characters of a Chinese text (a two-character party: 婆婆, 卖家, 电脑) with what it
+    is the subject of: the character after it once adverbs and modals are passed, and a 把 with its object
+    (公司把员工辞退: 公司 辞), read twice: with asking words as the predicate (买家怎么维权: 怎) and passed
+    (手机怎么连: 连). Texts with 被 are left to the voice checks (the subject is no doer there)."""
+    found: dict[str, set[str]] = {}
+    if "被" in text:
+        return {}
+    for i in range(len(text) - 2):
+        term = text[i:i + 2]
+        if not (_zh_content(term[0]) and term[1] in _ZH_PARTY_ENDS) or (i and text[i - 1] in _ZH_GOVERNING):
+            continue  # (从手机传到: a place or thing governed, not a doer)
+        k = _zh_skip(text, i + 2, _ZH_BEFORE_VERB)
+        if text.startswith("把", k):
+            k = _zh_skip(text, k + 3, _ZH_BEFORE_VERB)
+        for tag, at in (("1", k), ("2", _zh_skip(text, k, _ZH_ASKING))):
+            if at < len(text) and (_zh_polar_unit(text[at]) or text.startswith(_ZH_ASKING, at)):
+                found.setdefault(term, set()).add(tag + text[at])
+    return {t: frozenset(ps) for t, ps in found.items()}
+
+
+def _zh_skip(text: str, k: int, words: tuple[str, ...]) -> int:
+    moved = True
+    while moved:
+        moved = False
+        for w in words:
+            if text.startswith(w, k):
+                k, moved = k + len(w), True
+    return k
+
+
+def _zh_subject_exchanged(a: str, b: str) -> bool:
+    """Two parties both texts name, and a verb (or the asking word) whose subject is one in a text and the
+    other in the other text, however the rest was reworded: 婆婆总是挑儿媳的毛病 / 儿媳总挑婆婆毛病, 舅舅的遗产外甥
+    能继承吗 / 外甥去世了，舅舅能继承他的遗产吗, 卖家不发货，买家怎么维权 / 买家不付款，卖家能怎么办, 员工主动辞职 /
+    公司把员工辞退. The exchange checks above need the parties around one middle; here a pronoun (他的遗产),
+    a dropped 的 or a second clause stands between them. Parties joined (婆婆和儿媳谁该做饭 / 儿媳和婆婆谁该做饭)
+    ask one thing either way round."""
+    sa, sb = _zh_subjects(a), _zh_subjects(b)
+    if not sa or not sb:
+        return False
+    shared = {t for t in sa.keys() | sb.keys() if t in a and t in b}
+    none: frozenset[str] = frozenset()
+    for tag in {p for t in shared for p in sa.get(t, none)} & {p for t in shared for p in sb.get(t, none)}:
+        only_a = [t for t in shared if tag in sa.get(t, none) and tag not in sb.get(t, none)]
+        only_b = [t for t in shared if tag in sb.get(t, none) and tag not in sa.get(t, none)]
+        for x in only_a:
+            for y in only_b:
+                if x != y and not (_zh_joined(a, x, y) or _zh_joined(b, x, y)
+                                   or _zh_overlap(a, x, y) or _zh_overlap(b, x, y)):
+                    return True
+    return False
+
+
+def _zh_joined(text: str, x: str, y: str) -> bool:
+    return any(f"{p}{j}{q}" in text for p, q in ((x, y), (y, x)) for j in (*_ZH_JOINTS, "还是", "或者", "以及"))
+
+
+def _zh_overlap(text: str, x: str, y: str) -> bool:
+    """x and y are parts of one run of characters in the text (婆婆儿媳: 婆儿 is no party)."""
+    return x[1] == y[0] and x + y[1] in text or y[1] == x[0] and y + x[1] in text
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

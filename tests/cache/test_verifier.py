@@ -603,3 +603,19 @@ def test_zh_negation_rewordings_pass(a: str, b: str) -> None:
 ])
 def test_zh_opposite_states_after_degree(a: str, b: str, ok: bool) -> None:
     assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    # the subject of one verb (or of the asking word) is one party in a text and the other in the other
+    ("婆婆总是挑儿媳的毛病怎么办", "儿媳总挑婆婆毛病，当婆婆的该咋办", False),
+    ("舅舅的遗产外甥能继承吗？", "外甥去世了，舅舅能继承他的遗产吗", False),
+    ("卖家一直不发货，买家怎么维权", "买家拍了不付款，卖家能怎么办", False),
+    ("员工主动辞职公司要给补偿吗", "公司把员工辞退了要给补偿吗", False),  # 把 and its object passed
+    ("卖家一直不发货，买家怎么维权", "买家付了款卖家不发货，怎么维权", True),  # reworded, the same subjects
+    ("婆婆和儿媳谁该做饭", "儿媳妇和婆婆谁应该做饭", True),  # joined parties
+    ("老板拖欠工资，员工怎么去告老板", "老板一直拖欠工资，员工要怎么告老板", True),
+    ("微信怎么注销账号？", "微信账户如何注销", True),  # things before a verb are topics, not parties
+    ("运动后吃饭好吗？", "吃饭在运动后好不好", True),
+])
+def test_zh_subject_exchanged(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
