@@ -1728,9 +1728,17 @@ def _cjk_substituted(a: str, b: str) -> bool:
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "replace" and _CJK.search(a[i1:i2]) and _CJK.search(b[j1:j2]):
-            if not (set(a[i1:i2]) & set(b[j1:j2])):
+            if not (set(a[i1:i2]) & set(b[j1:j2])) and not _zh_place_words(a[i1:i2], b[j1:j2]):
                 return True
     return False
+
+
+_ZH_PLACE_SUFFIXES = frozenset("里上中内")
+
+
+def _zh_place_words(x: str, y: str) -> bool:
+    """One place suffix put for another after a noun (手机里的照片 / 手机上的照片, 群里 / 群中): one place."""
+    return len(x) == len(y) == 1 and x in _ZH_PLACE_SUFFIXES and y in _ZH_PLACE_SUFFIXES
 
 
 # ---- the same terms said yes and no the other way round --------------------------------------------------

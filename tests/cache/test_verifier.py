@@ -619,3 +619,11 @@ def test_zh_opposite_states_after_degree(a: str, b: str, ok: bool) -> None:
 ])
 def test_zh_subject_exchanged(a: str, b: str, ok: bool) -> None:
     assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("怎么把手机里的照片传到电脑上", "手机上的照片如何传到电脑", True),  # 里 / 上 after a noun: one place
+    ("北京今天天气怎么样？", "上海今天天气怎么样？", False),  # another word is still another word
+])
+def test_zh_place_suffixes_are_one_place(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
