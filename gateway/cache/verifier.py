@@ -191,7 +191,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return "negation"
         if _zh_states_opposed(a.folded, b.folded):
             return "antonym"
-        if _zh_subject_exchanged(a.folded, b.folded):
+        if _zh_subject_exchanged(a.folded, b.folded) or _zh_giving_reversed(a.folded, b.folded):
             return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -2128,6 +2128,33 @@ def _zh_joined(text: str, x: str, y: str) -> bool:
 def _zh_overlap(text: str, x: str, y: str) -> bool:
     """x and y are parts of one run of characters in the text (婆婆儿媳: 婆儿 is no party)."""
     return x[1] == y[0] and x + y[1] in text or y[1] == x[0] and y + x[1] in text
+
+
+# A party after 给 receives (给别人发红包, 借给朋友); one before 给 gives (别人给我发), and so does one that is
+# asked for a loan (找朋友借, 向银行贷款, 跟同事借).
+_ZH_GIVE_PARTY = r"(?:[我你他她]们?|[\u4e00-\u9fff][家人者员工方主户东客司板生师妈爸婆媳舅甥姐妹哥弟儿女子母父叔姨姑爷奶友长商行])"
+_ZH_RECEIVER = re.compile(rf"给({_ZH_GIVE_PARTY})")
+_ZH_GIVER = re.compile(rf"({_ZH_GIVE_PARTY})(?=给)|(?:找|向|跟|问)({_ZH_GIVE_PARTY})(?=[借贷租要])")
+
+
+def _zh_giving_reversed(a: str, b: str) -> bool:
+    """A party that receives in one text gives in the other: 微信怎么给别人发红包 / 别人给我发的微信红包怎么退回去,
+    借给朋友五千块他一直不还 / 之前找朋友借了五千一直没还. The order checks need both parties in both texts;
+    here the other side is the asker, said or not."""
+    ra, ga = _zh_giving(a)
+    rb, gb = _zh_giving(b)
+    return bool(ra & gb or rb & ga)
+
+
+@lru_cache(maxsize=4096)
+def _zh_giving(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The parties a text has receive (after 给) and give (before 给, or asked for a loan); one on both sides
+    (我给他，他给我) takes no side."""
+    if "给" not in text and not re.search("[借贷租要]", text):
+        return frozenset(), frozenset()
+    receivers = {m.group(1) for m in _ZH_RECEIVER.finditer(text)}
+    givers = {m.group(1) or m.group(2) for m in _ZH_GIVER.finditer(text)}
+    return frozenset(receivers - givers), frozenset(givers - receivers)
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

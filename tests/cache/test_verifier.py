@@ -627,3 +627,13 @@ def test_zh_subject_exchanged(a: str, b: str, ok: bool) -> None:
 ])
 def test_zh_place_suffixes_are_one_place(a: str, b: str, ok: bool) -> None:
     assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("微信怎么给别人发红包", "别人给我发的微信红包怎么退回去", False),  # receiver in one, giver in the other
+    ("借给朋友五千块他一直不还怎么办", "之前找朋友借了五千一直没还，他会起诉我吗", False),  # lent / borrowed from
+    ("给导师发邮件怎么开头比较礼貌", "导师给我发了邮件，回复的时候怎么写", False),
+    ("微信怎么给别人发红包", "怎么用微信给朋友发红包", True),  # receivers both
+])
+def test_zh_giving_reversed(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
