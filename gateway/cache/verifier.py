@@ -191,7 +191,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return "negation"
         if _zh_states_opposed(a.folded, b.folded):
             return "antonym"
-        if _zh_subject_exchanged(a.folded, b.folded) or _zh_giving_reversed(a.folded, b.folded):
+        if (_zh_subject_exchanged(a.folded, b.folded) or _zh_giving_reversed(a.folded, b.folded)
+                or _zh_product_swapped(a.folded, b.folded)):
             return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -2155,6 +2156,25 @@ def _zh_giving(text: str) -> tuple[frozenset[str], frozenset[str]]:
     receivers = {m.group(1) for m in _ZH_RECEIVER.finditer(text)}
     givers = {m.group(1) or m.group(2) for m in _ZH_GIVER.finditer(text)}
     return frozenset(receivers - givers), frozenset(givers - receivers)
+
+
+# What a Chinese conversion makes: the word after 转成 / 变成 / 合成 ... (a count word passed: 合成一个 PDF).
+_ZH_PRODUCT = re.compile(r"(?:转换成|转换为|转成|转为|变成|换成|做成|合成|生成|导出为|导出成|改成)\s*"
+                         r"(?:[一二两三四五六七八九十几多\d]*[个张份页本篇]\s*)?([a-z][a-z0-9+#]*|[\u4e00-\u9fff]{2})")
+
+
+def _zh_product_swapped(a: str, b: str) -> bool:
+    """What one text makes is what the other makes its product from: 怎么把PDF转成图片 / 好几张图片怎么合成一个PDF
+    (the Chinese of _product_swapped). Each product must be named by the other text too, so 把 Word 转成 PDF /
+    Word 怎么转换为 PDF (one product) and a product the other text leaves out are wording."""
+    pa, pb = _zh_product(a), _zh_product(b)
+    return pa is not None and pb is not None and pa != pb and pa in b and pb in a
+
+
+@lru_cache(maxsize=4096)
+def _zh_product(text: str) -> str | None:
+    m = _ZH_PRODUCT.search(text)
+    return m.group(1) if m else None
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

@@ -637,3 +637,12 @@ def test_zh_place_suffixes_are_one_place(a: str, b: str, ok: bool) -> None:
 ])
 def test_zh_giving_reversed(a: str, b: str, ok: bool) -> None:
     assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("怎么把PDF转成图片", "好几张图片怎么合成一个PDF", False),  # the product is the other's source
+    ("怎么把Word转成PDF", "PDF怎么转成Word", False),
+    ("怎么把PDF转成图片", "PDF怎么转换成图片", True),  # one product
+])
+def test_zh_product_swapped(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
