@@ -192,7 +192,7 @@ def _compare(a: Facts, b: Facts) -> str | None:
         if _zh_states_opposed(a.folded, b.folded):
             return "antonym"
         if (_zh_subject_exchanged(a.folded, b.folded) or _zh_giving_reversed(a.folded, b.folded)
-                or _zh_product_swapped(a.folded, b.folded)):
+                or _zh_product_swapped(a.folded, b.folded) or _zh_come_go_exchanged(a.cjk_core, b.cjk_core)):
             return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -2175,6 +2175,19 @@ def _zh_product_swapped(a: str, b: str) -> bool:
 def _zh_product(text: str) -> str | None:
     m = _ZH_PRODUCT.search(text)
     return m.group(1) if m else None
+
+
+# 来 and 去 between two places say one journey seen from either end (大陆居民去台湾 / 台湾居民来大陆): read as one
+# for the exchange check, only between two characters (not 起来, 出来, 后来 at a term's edge: those are words).
+_ZH_COME = re.compile(r"(?<=[\u4e00-\u9fff])来(?=[\u4e00-\u9fff])")
+
+
+def _zh_come_go_exchanged(a: str, b: str) -> bool:
+    """Two terms exchanged around a middle that differs only by 来 put for 去 (大陆居民去台湾 / 台湾居民来大陆,
+    从北京来上海 / 从上海去北京); _cjk_exchanged needs the very same middle."""
+    if "来" not in a + b or "去" not in a + b:
+        return False
+    return _cjk_exchanged(_ZH_COME.sub("去", a), _ZH_COME.sub("去", b))
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

@@ -646,3 +646,12 @@ def test_zh_giving_reversed(a: str, b: str, ok: bool) -> None:
 ])
 def test_zh_product_swapped(a: str, b: str, ok: bool) -> None:
     assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("大陆居民去台湾要办什么证件？", "台湾居民来大陆需要办什么证", False),  # 来 / 去: one journey, ends exchanged
+    ("从北京来上海要多久", "从上海去北京要多久", False),
+    ("大陆居民去台湾要办什么证件？", "大陆居民去台湾需要什么证件", True),
+])
+def test_zh_come_and_go_exchanged(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
