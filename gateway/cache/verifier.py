@@ -192,7 +192,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
         if _zh_states_opposed(a.folded, b.folded):
             return "antonym"
         if (_zh_subject_exchanged(a.folded, b.folded) or _zh_giving_reversed(a.folded, b.folded)
-                or _zh_product_swapped(a.folded, b.folded) or _zh_come_go_exchanged(a.cjk_core, b.cjk_core)):
+                or _zh_product_swapped(a.folded, b.folded) or _zh_come_go_exchanged(a.cjk_core, b.cjk_core)
+                or _zh_speaker_voiced(a.folded, b.folded) or _zh_speaker_voiced(b.folded, a.folded)):
             return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -2188,6 +2189,32 @@ def _zh_come_go_exchanged(a: str, b: str) -> bool:
     if "来" not in a + b or "去" not in a + b:
         return False
     return _cjk_exchanged(_ZH_COME.sub("去", a), _ZH_COME.sub("去", b))
+
+
+_ZH_PASSIVE_MARKS = re.compile("被|让|叫|给|遭|受")
+
+
+def _zh_speaker_voiced(a: str, b: str) -> bool:
+    """The asker (我, 我的 X) suffers a verb in a's passive and does it in b, actively: 我的车被后面的车追尾了 /
+    我开车追尾了前面的车. _cjk_voiced reads only the exact active text; here the agent was reworded too. The verb
+    is two characters after 被 in a's clause that b's clause opening with 我 also has, with no passive mark of
+    its own (我让狗咬了 is the passive again)."""
+    if "被" not in a or "被" in b:
+        return False
+    clause = next((c for c in _CLAUSE_SPLIT.split(a) if "被" in c), "")
+    k = clause.find("被")
+    if not clause.startswith("我"):
+        return False
+    after = clause[k + 1:]
+    verbs = {after[i:i + 2] for i in range(len(after) - 1) if _zh_content(after[i]) and _zh_content(after[i + 1])}
+    for other in _CLAUSE_SPLIT.split(b):
+        if not other.startswith("我"):
+            continue
+        for verb in verbs:
+            at = other.find(verb)
+            if at > 0 and not _ZH_PASSIVE_MARKS.search(other, 0, at):
+                return True
+    return False
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

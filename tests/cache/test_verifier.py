@@ -655,3 +655,12 @@ def test_zh_product_swapped(a: str, b: str, ok: bool) -> None:
 ])
 def test_zh_come_and_go_exchanged(a: str, b: str, ok: bool) -> None:
     assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("我的车被后面的车追尾了，谁负责？", "我开车追尾了前面的车，责任算谁的", False),  # suffered / done by the asker
+    ("我的车被后面的车追尾了，谁负责？", "我的车被追尾了，责任算谁的", True),  # passive both
+    ("我被公司辞退了能要赔偿吗", "公司把我辞退了能要赔偿吗", True),  # the agent keeps its role
+])
+def test_zh_speaker_passive_made_active(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
