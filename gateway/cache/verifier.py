@@ -193,7 +193,8 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return "antonym"
         if (_zh_subject_exchanged(a.folded, b.folded) or _zh_giving_reversed(a.folded, b.folded)
                 or _zh_product_swapped(a.folded, b.folded) or _zh_come_go_exchanged(a.cjk_core, b.cjk_core)
-                or _zh_speaker_voiced(a.folded, b.folded) or _zh_speaker_voiced(b.folded, a.folded)):
+                or _zh_speaker_voiced(a.folded, b.folded) or _zh_speaker_voiced(b.folded, a.folded)
+                or _zh_modifier_exchanged(a.folded, b.folded)):
             return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
@@ -2215,6 +2216,41 @@ def _zh_speaker_voiced(a: str, b: str) -> bool:
             if at > 0 and not _ZH_PASSIVE_MARKS.search(other, 0, at):
                 return True
     return False
+
+
+def _zh_modifier_exchanged(a: str, b: str) -> bool:
+    """The same thing (two characters, once in each text) whose owner is one of two terms in one text and the
+    other in the other, one of them marked by 的: 怎么让电脑连上手机热点 / 手机怎么连电脑开的热点 (手机热点 /
+    电脑开的热点). _zh_owner_exchanged reads owners before 的 in both texts only. Both texts must name both
+    owners, so an owner said another way is wording; two unmarked ones are often a verb's place or party
+    (去云南团建 / 公司团建, 员工辞退 / 老板辞退), not owners."""
+    for head in _zh_heads(a) & _zh_heads(b):
+        ma, mb = _zh_modifiers(a, head), _zh_modifiers(b, head)
+        for x, x_marked in ma:
+            for y, y_marked in mb:
+                if (x_marked or y_marked) and x != y and x in b and y in a and not set(x) & set(y) \
+                        and not set(x + y) & set(head) and x not in {w for w, _ in mb} \
+                        and y not in {w for w, _ in ma}:
+                    return True
+    return False
+
+
+def _zh_heads(text: str) -> set[str]:
+    pairs = Counter(text[i:i + 2] for i in range(len(text) - 1))
+    return {p for p, n in pairs.items() if n == 1 and _zh_content(p[0]) and _zh_content(p[1:])}
+
+
+def _zh_modifiers(text: str, head: str) -> set[tuple[str, bool]]:
+    """The two characters right before a thing (手机热点), and, marked, before its 的 (手机的热点) or before a verb
+    and 的 (电脑开的热点)."""
+    i = text.find(head)
+    spans = [(i - 2, i, False)]
+    if text[i - 1:i] == "的":
+        spans.append((i - 3, i - 1, True))
+        if i >= 3 and _zh_content(text[i - 2]):
+            spans.append((i - 4, i - 2, True))
+    return {(w, marked) for lo, hi, marked in spans if lo >= 0 and len(w := text[lo:hi]) == 2
+            and _zh_content(w[0]) and _zh_content(w[1])}
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

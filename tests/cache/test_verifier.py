@@ -664,3 +664,12 @@ def test_zh_come_and_go_exchanged(a: str, b: str, ok: bool) -> None:
 ])
 def test_zh_speaker_passive_made_active(a: str, b: str, ok: bool) -> None:
     assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("怎么让电脑连上手机热点", "手机怎么连电脑开的热点", False),  # 手机热点 / 电脑开的热点: owners exchanged
+    ("怎么让电脑连上手机热点", "电脑怎么连手机开的热点", True),  # the same owner, marked by 的
+    ("老板把员工辞退要赔偿吗？", "员工被老板辞退有赔偿吗", True),  # unmarked words before a verb: no owners
+])
+def test_zh_modifier_exchanged(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
