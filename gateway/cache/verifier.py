@@ -2224,8 +2224,11 @@ def _zh_modifier_exchanged(a: str, b: str) -> bool:
     电脑开的热点). _zh_owner_exchanged reads owners before 的 in both texts only. Both texts must name both
     owners, so an owner said another way is wording; two unmarked ones are often a verb's place or party
     (去云南团建 / 公司团建, 员工辞退 / 老板辞退), not owners."""
-    for head in _zh_heads(a) & _zh_heads(b):
-        ma, mb = _zh_modifiers(a, head), _zh_modifiers(b, head)
+    if "的" not in a and "的" not in b:
+        return False
+    mods_a, mods_b = _zh_modified(a), _zh_modified(b)
+    for head in mods_a.keys() & mods_b.keys():
+        ma, mb = mods_a[head], mods_b[head]
         for x, x_marked in ma:
             for y, y_marked in mb:
                 if (x_marked or y_marked) and x != y and x in b and y in a and not set(x) & set(y) \
@@ -2235,9 +2238,12 @@ def _zh_modifier_exchanged(a: str, b: str) -> bool:
     return False
 
 
-def _zh_heads(text: str) -> set[str]:
+@lru_cache(maxsize=4096)
+def _zh_modified(text: str) -> dict[str, frozenset[tuple[str, bool]]]:
+    """Each thing (two content characters once in the text) with the words before it (_zh_modifiers)."""
     pairs = Counter(text[i:i + 2] for i in range(len(text) - 1))
-    return {p for p, n in pairs.items() if n == 1 and _zh_content(p[0]) and _zh_content(p[1:])}
+    return {p: frozenset(_zh_modifiers(text, p)) for p, n in pairs.items()
+            if n == 1 and _zh_content(p[0]) and _zh_content(p[1:])}
 
 
 def _zh_modifiers(text: str, head: str) -> set[tuple[str, bool]]:
