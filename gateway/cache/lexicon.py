@@ -697,3 +697,35 @@ ENTITY_CLASSES: dict[str, tuple[str, ...]] = {
 ZH_NOT_NAMED: tuple[str, ...] = (
     "熊孩子", "熊市", "茶几", "面包车", "虾皮", "猫眼", "胃口", "肾上腺", "牙买加", "牙签", "蛇皮袋",
 )
+
+# Traditional characters folded to simplified before a Chinese text is verified (高鐵票怎麼退 / 高铁票怎么退,
+# iPhone 無法開機 / 无法开机): the same question written in the other script, whose negations (無), question
+# words (麼, 嗎) and nouns the rules would otherwise read as other characters. Only characters whose simplified
+# form is one character with no other reading here (no 著 / 着, 乾 / 干, 後 / 后 is safe: 后 is not read apart).
+ZH_TRADITIONAL = str.maketrans(
+    "無們這裡為會說時間過還個醫藥錢買賣寶貝飛鳥魚馬東語學習貓嗎麼書車電腦機鐵開關門問題區號線網頁"
+    "後來對應該讓給從發經濟價錢話請謝麗愛場幾種樣點單雙歲員聯繫終結現實際體驗產業務專業邊進運動"
+    "國際氣頭髮臉錶鐘壞變熱冷涼溫濕燥檢查證書記錄確認據說讀寫聽見視覺辦處理歸還轉帳戶銀卡費"
+    "補償則條規劃計劃報銷稅級優惠預約訂購買賣貨運輸遞郵寄離職辭職將從業執照駕駛導航態圖畫圓傳"
+    "遠近長張紅綠藍黃黑顏鮮嚴興奮擔憂懷孕嬰兒雞鴨豬龍鳳蟲蝦麵飯飲餐廳廚師鍋爐燒煉煙霧響聲樂"
+    "層樓窗戶牆壁燈亮暗擊強與當傷痛癢瘡藥療復發錯誤選擇沒於腳鍵碼權維護險衛華雲歡續簽參團灣陸臺罰誰"
+    "讓嗎啟們賬蘋閉損壓審殺隨陽陰",
+    "无们这里为会说时间过还个医药钱买卖宝贝飞鸟鱼马东语学习猫吗么书车电脑机铁开关门问题区号线网页"
+    "后来对应该让给从发经济价钱话请谢丽爱场几种样点单双岁员联系终结现实际体验产业务专业边进运动"
+    "国际气头发脸表钟坏变热冷凉温湿燥检查证书记录确认据说读写听见视觉办处理归还转帐户银卡费"
+    "补偿则条规划计划报销税级优惠预约订购买卖货运输递邮寄离职辞职将从业执照驾驶导航态图画圆传"
+    "远近长张红绿蓝黄黑颜鲜严兴奋担忧怀孕婴儿鸡鸭猪龙凤虫虾面饭饮餐厅厨师锅炉烧炼烟雾响声乐"
+    "层楼窗户墙壁灯亮暗击强与当伤痛痒疮药疗复发错误选择没于脚键码权维护险卫华云欢续签参团湾陆台罚谁"
+    "让吗启们账苹闭损压审杀随阳阴",
+)
+
+# The state a Chinese text says something is in now, one character after a word of degree (太瘦, 很硬, 有点松;
+# not 变 / 越来越, which say a change): two texts saying opposite states (太瘦了想增肥 / 太胖了想减肥) ask opposite
+# things even when each also names the other side as its goal.
+_ZH_DEGREE_NOW = ("太", "很", "偏", "较", "挺", "特别", "有点", "过于", "太过")
+ZH_STATE_NOW: dict[str, tuple[str, int]] = _longest_first({  # type: ignore[arg-type]
+    f"{d}{char}": (axis, side)
+    for axis, (plus, minus, _, _) in _ZH_STATES.items()
+    for side, char in ((1, plus), (-1, minus)) if char
+    for d in _ZH_DEGREE_NOW
+})

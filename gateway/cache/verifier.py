@@ -126,6 +126,7 @@ MAX_VERIFIED_CHARS = 4096
 
 def verify(query: str, candidate: str) -> Verdict:
     qa, qb = semantic_form(query[:MAX_VERIFIED_CHARS]), semantic_form(candidate[:MAX_VERIFIED_CHARS])
+    qa, qb = _zh_simplified(qa), _zh_simplified(qb)
     if qa.casefold() == qb.casefold():
         return Verdict(True)
     a, b = facts(qa), facts(qb)
@@ -197,6 +198,15 @@ def _compare(a: Facts, b: Facts) -> str | None:
             return "order"
         if _zh_undone(a.cjk_plain, b.cjk_plain) or _zh_undone(b.cjk_plain, a.cjk_plain):
             return "negation"
+        if _zh_negation_flipped(a.folded, b.folded):
+            return "negation"
+        if _zh_states_opposed(a.folded, b.folded):
+            return "antonym"
+        if (_zh_subject_exchanged(a.folded, b.folded) or _zh_giving_reversed(a.folded, b.folded)
+                or _zh_product_swapped(a.folded, b.folded) or _zh_come_go_exchanged(a.cjk_core, b.cjk_core)
+                or _zh_speaker_voiced(a.folded, b.folded) or _zh_speaker_voiced(b.folded, a.folded)
+                or _zh_modifier_exchanged(a.folded, b.folded)):
+            return "order"
         if close and not _cjk_voiced(a.cjk_core, b.cjk_core) and not _cjk_voiced(b.cjk_core, a.cjk_core):
             edit = _cjk_edited(a.cjk_core, b.cjk_core, overlap >= EDIT_OVERLAP)
             if edit:
@@ -1845,9 +1855,17 @@ def _cjk_substituted(a: str, b: str) -> bool:
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "replace" and _CJK.search(a[i1:i2]) and _CJK.search(b[j1:j2]):
-            if not (set(a[i1:i2]) & set(b[j1:j2])):
+            if not (set(a[i1:i2]) & set(b[j1:j2])) and not _zh_place_words(a[i1:i2], b[j1:j2]):
                 return True
     return False
+
+
+_ZH_PLACE_SUFFIXES = frozenset("里上中内")
+
+
+def _zh_place_words(x: str, y: str) -> bool:
+    """One place suffix put for another after a noun (手机里的照片 / 手机上的照片, 群里 / 群中): one place."""
+    return len(x) == len(y) == 1 and x in _ZH_PLACE_SUFFIXES and y in _ZH_PLACE_SUFFIXES
 
 
 # ---- the same terms said yes and no the other way round --------------------------------------------------
@@ -2287,6 +2305,315 @@ def _zh_undone(a: str, b: str) -> bool:
                 return True
             k = a.find(undo, k + 1)
     return False
+
+
+def _zh_simplified(text: str) -> str:
+    """A text with Chinese in it, traditional characters folded to simplified (lexicon.ZH_TRADITIONAL): 無法開機
+    is 无法开机, 高鐵票怎麼退 is 高铁票怎么退. Texts without Chinese are returned as they are."""
+    return text.translate(lx.ZH_TRADITIONAL) if _CJK.search(text) else text
+
+
+# A negation and the word it says no to, read locally (the next one or two content characters, or the verb of
+# a "cannot" complement: 报销不了, 上不了网), not clause-wise: 遥控器找不着了，空调咋打开 negates 找, not 空调.
+# Longest first, so 无法 / 没有 / 不能 are one negation whose word follows them; verbs that say no without a
+# negation character (拒绝出具 / 不出具, 忘了关煤气 / 煤气关了) are negations too. 不会 is not: 完全不会做饭 /
+# 怎么学做饭 asks one thing (会 is left as a modal, so nothing follows it).
+_ZH_NEGATOR = re.compile("没有|没法|无法|不能|不可以|不可|没能|不要|不想|不用|不再|不肯|未能|忘了|忘记|拒绝|拒不|不|没|无|未|别")
+_ZH_DEGREE_SKIP = frozenset("太很更最")  # 不太好, 避免太油腻: the word is after the degree
+_ZH_UNABLE = re.compile(r"(?<=[\u4e00-\u9fff])不(?=[了上到动起完懂着住])")  # not 不够, 不见, 不出: no verb before
+# A negation says no to the character right after it (没有发票, 无法开机, 不出热水); the next one may be its verb's
+# object (不吃早饭 / 早饭不吃) or the rest of a word (不油腻, 没收到), so it is said neither yes nor no.
+_ZH_NEGATED_REACH = 2
+# Words before a yes that make it a goal asked for, not a fact stated: 睡不着 / 有啥办法能快点入睡 asks one thing.
+_ZH_GOAL = re.compile("能|可以|想|怎么|如何|怎样|咋|才")
+_ZH_GOAL_REACH = 4  # characters from the goal word to the yes
+
+
+@lru_cache(maxsize=4096)
+def _zh_term_polarity(text: str) -> dict[str, bool]:
+    """Each content character (and Latin word) of a Chinese text with whether a negation says no to it; one
+    said both ways in the text is left out. Question forms (能不能, 要不要) and words that only hold a negation
+    character (非常, 不同, 别人: lexicon.ZH_NOT_NEGATION) negate nothing; a 不 ending a question (办签证不) has
+    no word after it."""
+    s = _blank(_A_NOT_A.sub(lambda m: m.group(1) + "※" * (len(m.group(0)) - 1), text), lx.ZH_NOT_NEGATION)
+    negated: set[int] = set()
+    unsure: set[int] = set()
+    for m in _ZH_NEGATOR.finditer(s):
+        k, reach = m.end(), _ZH_NEGATED_REACH
+        while k < len(s) and (s[k] == " " or s[k] in _ZH_DEGREE_SKIP):
+            k += 1
+        while reach and k < len(s) and _zh_polar_unit(s[k]):
+            (negated if reach == _ZH_NEGATED_REACH else unsure).add(k)
+            k, reach = k + 1, reach - 1
+        if reach == _ZH_NEGATED_REACH and k < len(s) and s[k].isascii() and s[k].isalpha():
+            negated.add(k)  # 没法连 WiFi: the Latin word itself when no character follows the negation
+    for m in _ZH_UNABLE.finditer(s):
+        negated.add(m.start() - 1)  # 报销不了: the verb before the complement
+    negated.update(_zh_prevented(s))
+    seen: dict[str, set[bool]] = {}
+    for m in re.finditer(r"[a-z][a-z0-9+#]*|[\u3400-\u9fff]", s):
+        u = m.group(0)
+        if not (_zh_polar_unit(u) if _CJK.match(u) else len(u) >= 2):
+            continue
+        said_no = m.start() in negated
+        if m.start() in unsure and not said_no:
+            seen.setdefault(u, set()).update((True, False))  # said neither way: left out
+            continue
+        if not said_no and _ZH_GOAL.search(s, max(0, m.start() - _ZH_GOAL_REACH), m.start()):
+            continue  # 能快点入睡: wanted, not said
+        seen.setdefault(u, set()).add(said_no)
+    return {u: next(iter(sides)) for u, sides in seen.items() if len(sides) == 1}
+
+
+def _zh_prevented(s: str) -> list[int]:
+    """Where the events a text asks to prevent stand: the last two characters of the prevention verb's clause
+    (怎么防止水管冬天冻裂: 冻裂; 避免太油腻: 油腻), or of the clause before it when the event was fronted
+    (感冒怎么预防: 感冒). Said no to as 不 says it (才不腻 / 避免太油腻); its subject is not (孩子怎么防止近视 /
+    怎么防止孩子近视 move the subject out of the clause)."""
+    at: list[int] = []
+    for m in _ZH_PREVENT.finditer(s):
+        end = next((k for k in range(m.end(), len(s)) if s[k] in _CLAUSE_BREAKS), len(s))
+        after = [k for k in range(m.end(), end) if _zh_polar_unit(s[k])]
+        if not after:
+            start = next((k + 1 for k in range(m.start() - 1, -1, -1) if s[k] in _CLAUSE_BREAKS), 0)
+            after = [k for k in range(start, m.start()) if _zh_polar_unit(s[k])]
+        at += after[-2:]
+    return at
+
+
+# Verbs of preventing: what they govern is what the asker wants not to happen.
+_ZH_PREVENT = re.compile("防止|避免|预防|以免|免得|防范|(?<![消国边堤预])防(?![火守止范])")  # 防病毒, 防骗; not 消防, 防火墙
+
+
+def _zh_polar_unit(u: str) -> bool:
+    """A character a negation can say no to: any but particles, question words and modals (连 and the other
+    symmetric verbs included: 没法连 WiFi / 连上了 WiFi)."""
+    return "\u3400" <= u <= "\u9fff" and u not in _ZH_INERT
+
+
+def _zh_negation_flipped(a: str, b: str) -> bool:
+    """A word both Chinese texts hold, said no to in one and yes to in the other: iPhone 无法开机 / iPhone 一直
+    自己重新开机, 热水器不出热水 / 热水器出来的水太烫, 没有发票能报销吗 / 有发票为啥还是报销不了. The counted
+    negation (negation_odd) is read only in close texts, and these share too few words to be close; the same
+    word negated in both (保存不发芽 / 才不会发芽) or in neither is wording."""
+    if not (_ZH_NEGATOR.search(a) or _ZH_NEGATOR.search(b) or _ZH_PREVENT.search(a) or _ZH_PREVENT.search(b)):
+        return False
+    pa, pb = _zh_term_polarity(a), _zh_term_polarity(b)
+    return any(pa[u] != pb[u] for u in pa.keys() & pb.keys())
+
+
+def _zh_states_opposed(a: str, b: str) -> bool:
+    """The two texts say opposite states, each after a word of degree (lexicon.ZH_STATE_NOW): 太瘦了想增肥 /
+    太胖了想减肥. Each text also takes the other side as its goal (增肥, 减肥), so the polar facts, taken as
+    sets, oppose nothing; the state a text starts from tells them apart."""
+    sa, sb = _zh_states(a), _zh_states(b)
+    return any((axis, -side) in sb and (axis, side) not in sb for axis, side in sa - {(x, -y) for x, y in sa})
+
+
+@lru_cache(maxsize=4096)
+def _zh_states(text: str) -> frozenset[tuple[str, int]]:
+    return frozenset(sides for word, sides in lx.ZH_STATE_NOW.items() if word in text)
+
+
+# Words between a subject and its verb (adverbs, modals): 婆婆总是挑 / 儿媳总挑, 外甥能继承, 员工主动辞职.
+_ZH_BEFORE_VERB = ("总是", "老是", "一直", "经常", "常常", "主动", "应该", "可以", "已经", "总", "能", "可", "会", "要",
+                   "该", "想", "都", "也", "还", "就", "再", "又")
+_ZH_ASKING = ("怎么", "如何", "怎样", "咋")
+# Last characters of Chinese words for people and parties (kin, roles, trades, firms): 婆婆, 儿媳, 舅舅, 外甥,
+# 卖家, 买家, 员工, 公司, 房东, 租客, 老板, 医生. Only these are read as subjects: a thing or place before a verb
+# is mostly a fronted topic (微信怎么注销账号 / 微信账户如何注销, 运动后吃饭好吗 / 吃饭在运动后好不好).
+_ZH_PARTY_ENDS = frozenset("家人者员工方主户东客司板生师妈爸婆媳舅甥姐妹哥弟儿女子母父叔姨姑爷奶友长商")
+_ZH_GOVERNING = frozenset("从到往向比给兑换至对去由自入把在和与跟同及被让")
+
+
+@lru_cache(maxsize=4096)
+def _zh_subjects(text: str) -> dict[str, frozenset[str]]:
+    """Each pair of content characters of a Chinese text (a two-character party: 婆婆, 卖家, 电脑) with what it
+    is the subject of: the character after it once adverbs and modals are passed, and a 把 with its object
+    (公司把员工辞退: 公司 辞), read twice: with asking words as the predicate (买家怎么维权: 怎) and passed
+    (手机怎么连: 连). Texts with 被 are left to the voice checks (the subject is no doer there)."""
+    found: dict[str, set[str]] = {}
+    if "被" in text:
+        return {}
+    for i in range(len(text) - 2):
+        term = text[i:i + 2]
+        if not (_zh_content(term[0]) and term[1] in _ZH_PARTY_ENDS) or (i and text[i - 1] in _ZH_GOVERNING):
+            continue  # (从手机传到: a place or thing governed, not a doer)
+        k = _zh_skip(text, i + 2, _ZH_BEFORE_VERB)
+        if text.startswith("把", k):
+            k = _zh_skip(text, k + 3, _ZH_BEFORE_VERB)
+        for tag, at in (("1", k), ("2", _zh_skip(text, k, _ZH_ASKING))):
+            if at < len(text) and (_zh_polar_unit(text[at]) or text.startswith(_ZH_ASKING, at)):
+                found.setdefault(term, set()).add(tag + text[at])
+    return {t: frozenset(ps) for t, ps in found.items()}
+
+
+def _zh_skip(text: str, k: int, words: tuple[str, ...]) -> int:
+    moved = True
+    while moved:
+        moved = False
+        for w in words:
+            if text.startswith(w, k):
+                k, moved = k + len(w), True
+    return k
+
+
+def _zh_subject_exchanged(a: str, b: str) -> bool:
+    """Two parties both texts name, and a verb (or the asking word) whose subject is one in a text and the
+    other in the other text, however the rest was reworded: 婆婆总是挑儿媳的毛病 / 儿媳总挑婆婆毛病, 舅舅的遗产外甥
+    能继承吗 / 外甥去世了，舅舅能继承他的遗产吗, 卖家不发货，买家怎么维权 / 买家不付款，卖家能怎么办, 员工主动辞职 /
+    公司把员工辞退. The exchange checks above need the parties around one middle; here a pronoun (他的遗产),
+    a dropped 的 or a second clause stands between them. Parties joined (婆婆和儿媳谁该做饭 / 儿媳和婆婆谁该做饭)
+    ask one thing either way round."""
+    sa, sb = _zh_subjects(a), _zh_subjects(b)
+    if not sa or not sb:
+        return False
+    shared = {t for t in sa.keys() | sb.keys() if t in a and t in b}
+    none: frozenset[str] = frozenset()
+    for tag in {p for t in shared for p in sa.get(t, none)} & {p for t in shared for p in sb.get(t, none)}:
+        only_a = [t for t in shared if tag in sa.get(t, none) and tag not in sb.get(t, none)]
+        only_b = [t for t in shared if tag in sb.get(t, none) and tag not in sa.get(t, none)]
+        for x in only_a:
+            for y in only_b:
+                if x != y and not (_zh_joined(a, x, y) or _zh_joined(b, x, y)
+                                   or _zh_overlap(a, x, y) or _zh_overlap(b, x, y)):
+                    return True
+    return False
+
+
+def _zh_joined(text: str, x: str, y: str) -> bool:
+    return any(f"{p}{j}{q}" in text for p, q in ((x, y), (y, x)) for j in (*_ZH_JOINTS, "还是", "或者", "以及"))
+
+
+def _zh_overlap(text: str, x: str, y: str) -> bool:
+    """x and y are parts of one run of characters in the text (婆婆儿媳: 婆儿 is no party)."""
+    return x[1] == y[0] and x + y[1] in text or y[1] == x[0] and y + x[1] in text
+
+
+# A party after 给 receives (给别人发红包, 借给朋友); one before 给 gives (别人给我发), and so does one that is
+# asked for a loan (找朋友借, 向银行贷款, 跟同事借).
+_ZH_GIVE_PARTY = r"(?:[我你他她]们?|[\u4e00-\u9fff][家人者员工方主户东客司板生师妈爸婆媳舅甥姐妹哥弟儿女子母父叔姨姑爷奶友长商行])"
+_ZH_RECEIVER = re.compile(rf"给({_ZH_GIVE_PARTY})")
+_ZH_GIVER = re.compile(rf"({_ZH_GIVE_PARTY})(?=给)|(?:找|向|跟|问)({_ZH_GIVE_PARTY})(?=[借贷租要])")
+
+
+def _zh_giving_reversed(a: str, b: str) -> bool:
+    """A party that receives in one text gives in the other: 微信怎么给别人发红包 / 别人给我发的微信红包怎么退回去,
+    借给朋友五千块他一直不还 / 之前找朋友借了五千一直没还. The order checks need both parties in both texts;
+    here the other side is the asker, said or not."""
+    ra, ga = _zh_giving(a)
+    rb, gb = _zh_giving(b)
+    return bool(ra & gb or rb & ga)
+
+
+@lru_cache(maxsize=4096)
+def _zh_giving(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The parties a text has receive (after 给) and give (before 给, or asked for a loan); one on both sides
+    (我给他，他给我) takes no side."""
+    if "给" not in text and not re.search("[借贷租要]", text):
+        return frozenset(), frozenset()
+    receivers = {m.group(1) for m in _ZH_RECEIVER.finditer(text)}
+    givers = {m.group(1) or m.group(2) for m in _ZH_GIVER.finditer(text)}
+    return frozenset(receivers - givers), frozenset(givers - receivers)
+
+
+# What a Chinese conversion makes: the word after 转成 / 变成 / 合成 ... (a count word passed: 合成一个 PDF).
+_ZH_PRODUCT = re.compile(r"(?:转换成|转换为|转成|转为|变成|换成|做成|合成|生成|导出为|导出成|改成)\s*"
+                         r"(?:[一二两三四五六七八九十几多\d]*[个张份页本篇]\s*)?([a-z][a-z0-9+#]*|[\u4e00-\u9fff]{2})")
+
+
+def _zh_product_swapped(a: str, b: str) -> bool:
+    """What one text makes is what the other makes its product from: 怎么把PDF转成图片 / 好几张图片怎么合成一个PDF
+    (the Chinese of _product_swapped). Each product must be named by the other text too, so 把 Word 转成 PDF /
+    Word 怎么转换为 PDF (one product) and a product the other text leaves out are wording."""
+    pa, pb = _zh_product(a), _zh_product(b)
+    return pa is not None and pb is not None and pa != pb and pa in b and pb in a
+
+
+@lru_cache(maxsize=4096)
+def _zh_product(text: str) -> str | None:
+    m = _ZH_PRODUCT.search(text)
+    return m.group(1) if m else None
+
+
+# 来 and 去 between two places say one journey seen from either end (大陆居民去台湾 / 台湾居民来大陆): read as one
+# for the exchange check, only between two characters (not 起来, 出来, 后来 at a term's edge: those are words).
+_ZH_COME = re.compile(r"(?<=[\u4e00-\u9fff])来(?=[\u4e00-\u9fff])")
+
+
+def _zh_come_go_exchanged(a: str, b: str) -> bool:
+    """Two terms exchanged around a middle that differs only by 来 put for 去 (大陆居民去台湾 / 台湾居民来大陆,
+    从北京来上海 / 从上海去北京); _cjk_exchanged needs the very same middle."""
+    if "来" not in a + b or "去" not in a + b:
+        return False
+    return _cjk_exchanged(_ZH_COME.sub("去", a), _ZH_COME.sub("去", b))
+
+
+_ZH_PASSIVE_MARKS = re.compile("被|让|叫|给|遭|受")
+
+
+def _zh_speaker_voiced(a: str, b: str) -> bool:
+    """The asker (我, 我的 X) suffers a verb in a's passive and does it in b, actively: 我的车被后面的车追尾了 /
+    我开车追尾了前面的车. _cjk_voiced reads only the exact active text; here the agent was reworded too. The verb
+    is two characters after 被 in a's clause that b's clause opening with 我 also has, with no passive mark of
+    its own (我让狗咬了 is the passive again)."""
+    if "被" not in a or "被" in b:
+        return False
+    clause = next((c for c in _CLAUSE_SPLIT.split(a) if "被" in c), "")
+    k = clause.find("被")
+    if not clause.startswith("我"):
+        return False
+    after = clause[k + 1:]
+    verbs = {after[i:i + 2] for i in range(len(after) - 1) if _zh_content(after[i]) and _zh_content(after[i + 1])}
+    for other in _CLAUSE_SPLIT.split(b):
+        if not other.startswith("我"):
+            continue
+        for verb in verbs:
+            at = other.find(verb)
+            if at > 0 and not _ZH_PASSIVE_MARKS.search(other, 0, at):
+                return True
+    return False
+
+
+def _zh_modifier_exchanged(a: str, b: str) -> bool:
+    """The same thing (two characters, once in each text) whose owner is one of two terms in one text and the
+    other in the other, one of them marked by 的: 怎么让电脑连上手机热点 / 手机怎么连电脑开的热点 (手机热点 /
+    电脑开的热点). _zh_owner_exchanged reads owners before 的 in both texts only. Both texts must name both
+    owners, so an owner said another way is wording; two unmarked ones are often a verb's place or party
+    (去云南团建 / 公司团建, 员工辞退 / 老板辞退), not owners."""
+    if "的" not in a and "的" not in b:
+        return False
+    mods_a, mods_b = _zh_modified(a), _zh_modified(b)
+    for head in mods_a.keys() & mods_b.keys():
+        ma, mb = mods_a[head], mods_b[head]
+        for x, x_marked in ma:
+            for y, y_marked in mb:
+                if (x_marked or y_marked) and x != y and x in b and y in a and not set(x) & set(y) \
+                        and not set(x + y) & set(head) and x not in {w for w, _ in mb} \
+                        and y not in {w for w, _ in ma}:
+                    return True
+    return False
+
+
+@lru_cache(maxsize=4096)
+def _zh_modified(text: str) -> dict[str, frozenset[tuple[str, bool]]]:
+    """Each thing (two content characters once in the text) with the words before it (_zh_modifiers)."""
+    pairs = Counter(text[i:i + 2] for i in range(len(text) - 1))
+    return {p: frozenset(_zh_modifiers(text, p)) for p, n in pairs.items()
+            if n == 1 and _zh_content(p[0]) and _zh_content(p[1:])}
+
+
+def _zh_modifiers(text: str, head: str) -> set[tuple[str, bool]]:
+    """The two characters right before a thing (手机热点), and, marked, before its 的 (手机的热点) or before a verb
+    and 的 (电脑开的热点)."""
+    i = text.find(head)
+    spans = [(i - 2, i, False)]
+    if text[i - 1:i] == "的":
+        spans.append((i - 3, i - 1, True))
+        if i >= 3 and _zh_content(text[i - 2]):
+            spans.append((i - 4, i - 2, True))
+    return {(w, marked) for lo, hi, marked in spans if lo >= 0 and len(w := text[lo:hi]) == 2
+            and _zh_content(w[0]) and _zh_content(w[1])}
 
 
 # ---- facts of one text -------------------------------------------------------------------------------------

@@ -670,3 +670,120 @@ def test_eighth_pass_checks_answer_hostile_texts_at_the_window() -> None:
     for x, y in ((stranded, stranded + " to"), (owners, owners.replace("boss's", "boss")),
                  (en_verbs, en_verbs.replace("w", "v"))):
         assert isinstance(verify(x, y), Verdict)
+
+
+# ---- eighth pass, Chinese (verifier_dev8.jsonl, written blind) -------------------------------------------------
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("高铁票怎么退？", "高鐵票怎麼退？"),  # traditional characters are the same question
+    ("打疫苗后能洗澡吗", "打疫苗後能洗澡嗎"),
+    ("iPhone 无法开机怎么办", "iPhone 無法開機怎麼辦"),
+])
+def test_traditional_characters_are_folded(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("iPhone 無法開機怎麼辦", "iPhone一直自己重新开机是什么情况"),  # 無 is 无 once folded
+    ("热水器不出热水是什么原因", "热水器出来的水太烫了怎么调"),
+    ("没有发票能报销吗", "有发票为啥还是报销不了"),
+    ("手机没法连WiFi怎么办", "手机连上了WiFi但是上不了网"),
+    ("怎么防止水管冬天冻裂", "水管冬天已经冻裂了怎么办"),  # what is prevented, said as happened
+])
+def test_zh_word_said_no_and_yes_is_rejected(a: str, b: str) -> None:
+    assert verify(b, a) == Verdict(False, "negation")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("不吃早饭对身体有什么影响？", "早饭不吃对身体有影响吗"),  # the object after the verb is neither
+    ("贷款还不上会坐牢吗？", "还不上贷款会不会坐牢"),
+    ("快递一直没到", "快递还没收到"),
+    ("红烧肉怎么做才不腻？", "红烧肉总是做得很腻，怎么做才能不油腻"),
+    ("红烧肉怎么做才不腻", "做红烧肉如何避免太油腻"),  # prevented is said no to
+    ("晚上睡不着怎么办", "失眠了有啥办法能快点入睡"),  # a yes after 能 is a goal, not a fact
+    ("怎么预防感冒", "感冒怎么预防"),  # the event fronted before the prevention verb
+    ("怎么防止孩子近视", "孩子怎么防止近视"),
+])
+def test_zh_negation_rewordings_pass(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("太瘦了想增肥，该怎么吃", "太胖了想减肥该怎么吃", False),  # opposite states, each with the other as goal
+    ("头发太稀了怎么办", "头发太密了怎么办", False),
+    ("鞋子有点松怎么办", "鞋太紧了怎么办", False),
+    ("太瘦了想增肥，该怎么吃", "我太瘦了，怎么吃能长胖", True),  # the same state, its goal reworded
+])
+def test_zh_opposite_states_after_degree(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    # the subject of one verb (or of the asking word) is one party in a text and the other in the other
+    ("婆婆总是挑儿媳的毛病怎么办", "儿媳总挑婆婆毛病，当婆婆的该咋办", False),
+    ("舅舅的遗产外甥能继承吗？", "外甥去世了，舅舅能继承他的遗产吗", False),
+    ("卖家一直不发货，买家怎么维权", "买家拍了不付款，卖家能怎么办", False),
+    ("员工主动辞职公司要给补偿吗", "公司把员工辞退了要给补偿吗", False),  # 把 and its object passed
+    ("卖家一直不发货，买家怎么维权", "买家付了款卖家不发货，怎么维权", True),  # reworded, the same subjects
+    ("婆婆和儿媳谁该做饭", "儿媳妇和婆婆谁应该做饭", True),  # joined parties
+    ("老板拖欠工资，员工怎么去告老板", "老板一直拖欠工资，员工要怎么告老板", True),
+    ("微信怎么注销账号？", "微信账户如何注销", True),  # things before a verb are topics, not parties
+    ("运动后吃饭好吗？", "吃饭在运动后好不好", True),
+])
+def test_zh_subject_exchanged(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("怎么把手机里的照片传到电脑上", "手机上的照片如何传到电脑", True),  # 里 / 上 after a noun: one place
+    ("北京今天天气怎么样？", "上海今天天气怎么样？", False),  # another word is still another word
+])
+def test_zh_place_suffixes_are_one_place(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("微信怎么给别人发红包", "别人给我发的微信红包怎么退回去", False),  # receiver in one, giver in the other
+    ("借给朋友五千块他一直不还怎么办", "之前找朋友借了五千一直没还，他会起诉我吗", False),  # lent / borrowed from
+    ("给导师发邮件怎么开头比较礼貌", "导师给我发了邮件，回复的时候怎么写", False),
+    ("微信怎么给别人发红包", "怎么用微信给朋友发红包", True),  # receivers both
+])
+def test_zh_giving_reversed(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("怎么把PDF转成图片", "好几张图片怎么合成一个PDF", False),  # the product is the other's source
+    ("怎么把Word转成PDF", "PDF怎么转成Word", False),
+    ("怎么把PDF转成图片", "PDF怎么转换成图片", True),  # one product
+])
+def test_zh_product_swapped(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("大陆居民去台湾要办什么证件？", "台湾居民来大陆需要办什么证", False),  # 来 / 去: one journey, ends exchanged
+    ("从北京来上海要多久", "从上海去北京要多久", False),
+    ("大陆居民去台湾要办什么证件？", "大陆居民去台湾需要什么证件", True),
+])
+def test_zh_come_and_go_exchanged(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("我的车被后面的车追尾了，谁负责？", "我开车追尾了前面的车，责任算谁的", False),  # suffered / done by the asker
+    ("我的车被后面的车追尾了，谁负责？", "我的车被追尾了，责任算谁的", True),  # passive both
+    ("我被公司辞退了能要赔偿吗", "公司把我辞退了能要赔偿吗", True),  # the agent keeps its role
+])
+def test_zh_speaker_passive_made_active(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("怎么让电脑连上手机热点", "手机怎么连电脑开的热点", False),  # 手机热点 / 电脑开的热点: owners exchanged
+    ("怎么让电脑连上手机热点", "电脑怎么连手机开的热点", True),  # the same owner, marked by 的
+    ("老板把员工辞退要赔偿吗？", "员工被老板辞退有赔偿吗", True),  # unmarked words before a verb: no owners
+])
+def test_zh_modifier_exchanged(a: str, b: str, ok: bool) -> None:
+    assert verify(b, a).ok is ok
