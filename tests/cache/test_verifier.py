@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from gateway.cache import lexicon as lx
+from gateway.cache import verifier
 from gateway.cache.embedder import MiniLMEmbedder
 from gateway.cache.keys import semantic_text
 from gateway.cache.verifier import Verdict, _named_tables, facts, verify
@@ -670,6 +671,35 @@ def test_eighth_pass_checks_answer_hostile_texts_at_the_window() -> None:
     for x, y in ((stranded, stranded + " to"), (owners, owners.replace("boss's", "boss")),
                  (en_verbs, en_verbs.replace("w", "v"))):
         assert isinstance(verify(x, y), Verdict)
+
+
+def test_diffs_and_typo_reading_capped_on_hostile_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repetitive texts at the window made difflib (cubic without autojunk) take seconds: "from a to b ..." /
+    "from b to a ...", 4 KB of "我的妈妈的朋友的", "x and y or ...", "usd/eur ..."; the typo reading tried every
+    word against every word. Each diff now aligns at most MAX_DIFFED tokens a side (counted here, not timed),
+    and a word changed in the middle of two long equal texts is still a change."""
+    sizes: list[int] = []
+    matcher = verifier.difflib.SequenceMatcher
+
+    def counted(junk: None, a: object, b: object, autojunk: bool) -> object:
+        sizes.append(max(len(a), len(b)))  # type: ignore[arg-type]
+        return matcher(junk, a, b, autojunk=autojunk)
+
+    monkeypatch.setattr(verifier.difflib, "SequenceMatcher", counted)
+    salad = " ".join(sorted(lx.EN_COMMON_WORDS))[:4096]
+    hostile = [(("from a to b " * 400)[:4096], ("from b to a " * 400)[:4096]),
+               (("我的妈妈的朋友的" * 600)[:4096], ("你的妈妈的朋友的" * 600)[:4096]),
+               (("从北京到上海" * 700)[:4096], ("从上海到北京" * 700)[:4096]),
+               (("x and y or " * 400)[:4096], ("y and x or " * 400)[:4096]),
+               (("usd/eur " * 600)[:4096], ("eur/usd " * 600)[:4096]),
+               (("hit by a car " * 400)[:4096], ("a car hit " * 500)[:4096]),
+               (" ".join(w + "x" for w in salad.split()), salad)]
+    for x, y in hostile:
+        assert isinstance(verify(x, y), Verdict) and isinstance(verify(y, x), Verdict)
+    assert sizes and max(sizes) <= verifier.MAX_DIFFED
+    long_a = " ".join(f"word{i}" for i in range(600))
+    ops = verifier._opcodes(tuple(long_a.split()), tuple(long_a.replace("word300", "other").split()))
+    assert [op[:3] for op in ops if op[0] != "equal"] == [("replace", 300, 301)]
 
 
 # ---- eighth pass, Chinese (verifier_dev8.jsonl, written blind) -------------------------------------------------
