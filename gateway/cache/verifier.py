@@ -157,8 +157,10 @@ def _compare(a: Facts, b: Facts) -> str | None:
     if a.dates != b.dates and (close or _date_conflict(a.dates, b.dates)):
         return "date"
     missing_a, missing_b = _missing_entity(a, b), _missing_entity(b, a)
-    if ((missing_a and missing_b) or (close and (missing_a or missing_b))) and not _names_synonymous(a, b) \
-            and not _names_derived(a, b):
+    # A name and a word made of it ("Japanese" / "Japan") are NOT read as one name: they are often two roles
+    # (the traveller's nationality, the destination: "Can Japanese citizens travel visa free?" / "Can I travel
+    # to Japan visa free?"), and no order check reads roles across two spellings.
+    if ((missing_a and missing_b) or (close and (missing_a or missing_b))) and not _names_synonymous(a, b):
         return "entity"
     if a.qualifiers != b.qualifiers and (close or _family_conflict(a.qualifiers, b.qualifiers)):
         return "scope"
@@ -394,22 +396,6 @@ def _names_synonymous(a: Facts, b: Facts) -> bool:
         return False
     return (all(any(_synonyms(x, y) for y in runs_b) for x in runs_a)
             and all(any(_synonyms(x, y) for x in runs_a) for y in runs_b))
-
-
-def _names_derived(a: Facts, b: Facts) -> bool:
-    """Each name one text has and the other lacks is a word made of one the other text lacks, or the
-    other way round (wn.derived): "a book on Roman history" / "ancient Rome's history", "Irish" / "Ireland".
-    A name of another place ("Roman" / "Greece") or a kind of it ("Canadian" / "American") is still one, and
-    texts that share another name are left to the name checks: the two may have exchanged roles ("Can a US
-    citizen work in Canada?" / "Can a Canadian citizen work in the US?"), which no order check reads across
-    two spellings."""
-    if a.entities & b.entities:
-        return False
-    runs_a, runs_b = _name_runs(a, b), _name_runs(b, a)
-    if not runs_a or not runs_b:
-        return False
-    return (all(any(wn.derived(x, y) for y in runs_b) for x in runs_a)
-            and all(any(wn.derived(x, y) for x in runs_a) for y in runs_b))
 
 
 def _name_runs(a: Facts, b: Facts) -> list[str]:
@@ -1904,8 +1890,10 @@ _ZH_PLACE_SUFFIXES = frozenset("里上中内")
 
 
 def _zh_place_words(x: str, y: str) -> bool:
-    """One place suffix put for another after a noun (手机里的照片 / 手机上的照片, 群里 / 群中): one place."""
-    return len(x) == len(y) == 1 and x in _ZH_PLACE_SUFFIXES and y in _ZH_PLACE_SUFFIXES
+    """One place suffix put for another after a noun (手机里的照片 / 手机上的照片, 群里 / 群中): one place. One of
+    them must be 里, which starts almost no word: 上, 中 and 内 start many (上旬 / 中旬, 上游 / 中游, 上班 / 中班,
+    上网 / 内网), and the texts this sees have lost their 的, so the suffix cannot be told from the word's start."""
+    return len(x) == len(y) == 1 and x != y and {x, y} <= _ZH_PLACE_SUFFIXES and "里" in (x + y)
 
 
 # ---- the same terms said yes and no the other way round --------------------------------------------------
@@ -2417,7 +2405,9 @@ def _zh_prevented(s: str) -> list[int]:
     (感冒怎么预防: 感冒). Said no to as 不 says it (才不腻 / 避免太油腻); its subject is not (孩子怎么防止近视 /
     怎么防止孩子近视 move the subject out of the clause)."""
     at: list[int] = []
-    for m in _ZH_PREVENT.finditer(s):
+    # Each verb scans its clause, so a text of nothing but 防 (no breaks) cost its length squared: 1.9 s at the
+    # 4,096-character cut. A question prevents one or two things; the first few verbs are read.
+    for m in itertools.islice(_ZH_PREVENT.finditer(s), _ZH_PREVENT_MAX):
         end = next((k for k in range(m.end(), len(s)) if s[k] in _CLAUSE_BREAKS), len(s))
         after = [k for k in range(m.end(), end) if _zh_polar_unit(s[k])]
         if not after:
@@ -2427,6 +2417,7 @@ def _zh_prevented(s: str) -> list[int]:
     return at
 
 
+_ZH_PREVENT_MAX = 8
 # Verbs of preventing: what they govern is what the asker wants not to happen.
 _ZH_PREVENT = re.compile("防止|避免|预防|以免|免得|防范|(?<![消国边堤预])防(?![火守止范])")  # 防病毒, 防骗; not 消防, 防火墙
 
@@ -2445,7 +2436,16 @@ def _zh_negation_flipped(a: str, b: str) -> bool:
     if not (_ZH_NEGATOR.search(a) or _ZH_NEGATOR.search(b) or _ZH_PREVENT.search(a) or _ZH_PREVENT.search(b)):
         return False
     pa, pb = _zh_term_polarity(a), _zh_term_polarity(b)
-    return any(pa[u] != pb[u] for u in pa.keys() & pb.keys())
+    flipped = [u for u in pa.keys() & pb.keys() if pa[u] != pb[u]]
+    if flipped and any(verb in a and verb in b for verb in _ZH_OBJECT_FIRST_NEGATORS):
+        # A verb that says no may also follow its object (忘了密码 / 密码忘记了, 拒绝退款 / 退款被拒绝了): said in
+        # both texts, the same verb is the same no, whichever side the object stands on.
+        return False
+    return bool(flipped)
+
+
+# Negating verbs whose object may come first (密码忘了): only read after them, their object seems said yes.
+_ZH_OBJECT_FIRST_NEGATORS = ("忘", "拒绝")
 
 
 def _zh_states_opposed(a: str, b: str) -> bool:
@@ -2986,7 +2986,9 @@ def _english_facts(text: str) -> EnglishFacts:
         if date:
             dates.add(date)
         group = lx.EN_QUALIFIERS.get(low) or lx.EN_QUALIFIERS.get(f"{low} {nxt}")
-        if group == "free" and _without(prev):
+        # "gluten free pizza": "without it" only before the thing it describes; at the end, after its noun, it is
+        # the predicate and a price ("Is NHS dental care free?" / "Is NHS dental care available?")
+        if group == "free" and nxt.isalpha() and _without(prev):
             group = None
         if group and not (low == "best" and nxt == "way"):  # "the best way to" asks how, not for a ranking
             qualifiers.add(group)

@@ -328,16 +328,6 @@ def _en_verb_of(verb: str, adjective: str) -> bool:
     return bool(bases & set(lemmas(adjective, "a")))
 
 
-@lru_cache(maxsize=16384)
-def derived(x: str, y: str) -> bool:
-    """x is a word made of y, or y of x, across parts of speech (a pertainym or derivation pointer between
-    those very words): "Roman" / "Rome", "Parisian" / "Paris", "Irish" / "Ireland". No kind of it: "Canadian"
-    is an "American" by hypernym, not by derivation."""
-    if database() is None:
-        return False
-    return _derived_from(x, y) or _derived_from(y, x)
-
-
 def _derived_from(x: str, y: str) -> bool:
     for pos in _POS:
         for off in senses(x, pos, SAME_SENSES):
