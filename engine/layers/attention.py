@@ -104,14 +104,15 @@ class TorchPagedAttention:
         )
         for start, end, tables, lens in groups:
             out[start:end] = self._decode(q[start:end], k_cache, v_cache, tables, lens)
-        # prefill_attention.c where it fits: every chunk's keys are in the cache (kv_stored), read in place
-        in_place = kv_stored and self.decode_kernel is not None and prefill_kernel_fits(q, k_cache)
+        # prefill_attention.c where it fits: every chunk's keys are in the cache by now (written above or by the
+        # fused C pass), read in place
+        lib = self.decode_kernel if self.decode_kernel is not None and prefill_kernel_fits(q, k_cache, v_cache) \
+            else None
         for chunk in meta.prefills:
             qs, qe = chunk.q_start, chunk.q_start + chunk.q_len
-            if in_place:
-                assert self.decode_kernel is not None
-                paged_prefill_attention(self.decode_kernel, q[qs:qe], k_cache, v_cache, chunk.block_table,
-                                        chunk.context_len, self.scale, out[qs:qe], self.workspace.kernel_scratch)
+            if lib is not None:
+                paged_prefill_attention(lib, q[qs:qe], k_cache, v_cache, chunk.block_table, chunk.context_len,
+                                        self.scale, out[qs:qe], self.workspace.kernel_scratch)
                 continue
             qh = q[qs:qe].transpose(0, 1).unsqueeze(0)
             if chunk.context_len == chunk.q_len:  # nothing cached: attend over the fresh keys directly

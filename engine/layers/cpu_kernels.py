@@ -201,12 +201,12 @@ def paged_decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Ten
 PREFILL_HEAD_DIM = 64  # the one head size prefill_attention.c is written for (its register tiles are fixed)
 
 
-def prefill_kernel_fits(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+def prefill_kernel_fits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """Whether `paged_prefill_attention` takes this layer: float32 CPU, head_dim 64, whole GQA groups."""
     hkv, _, _, d = k_cache.shape
-    return (d == PREFILL_HEAD_DIM and q.dim() == 3 and q.shape[2] == d and q.shape[1] % hkv == 0
-            and q.dtype == torch.float32 and k_cache.dtype == torch.float32 and q.device.type == "cpu"
-            and k_cache.device.type == "cpu" and k_cache.is_contiguous())
+    return (d == PREFILL_HEAD_DIM and hkv > 0 and q.dim() == 3 and q.shape[2] == d and q.shape[1] % hkv == 0
+            and q.dtype == torch.float32 and q.device.type == "cpu" and is_cpu_float32(k_cache, v_cache)
+            and v_cache.shape == k_cache.shape)
 
 
 def paged_prefill_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -219,8 +219,7 @@ def paged_prefill_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Te
     t, hq, d = q.shape
     hkv, nb, bs, _ = k_cache.shape
     problems = [
-        not prefill_kernel_fits(q, k_cache), v_cache.shape != k_cache.shape, not v_cache.is_contiguous(),
-        v_cache.dtype != torch.float32, out.shape != q.shape, out.dtype != torch.float32,
+        not prefill_kernel_fits(q, k_cache, v_cache), out.shape != q.shape, out.dtype != torch.float32,
         q.stride(2) != 1 or q.stride(1) != d or out.stride(2) != 1 or out.stride(1) != d,
         not 0 < t <= context_len, block_table.dtype != torch.int64, not block_table.is_contiguous(),
         block_table.dim() != 1 or block_table.numel() * bs < context_len,

@@ -160,8 +160,9 @@ def test_c_decode_kernel_refuses_inputs_that_do_not_fit_the_cache() -> None:
             paged_decode_attention(lib, q, k_cache, v_cache, t, n, 0.2)
 
 
+@pytest.mark.parametrize("bs", [16, 24, 256])  # blocks that tile the kernel's key tiles, that do not, one > a tile
 @pytest.mark.parametrize("hq,hkv", [(9, 3), (4, 4), (8, 2)])  # SmolLM2's grouping, none, one of 4
-def test_c_prefill_kernel_matches_masked_sdpa(hq: int, hkv: int) -> None:
+def test_c_prefill_kernel_matches_masked_sdpa(hq: int, hkv: int, bs: int) -> None:
     """prefill_attention.c (keys and values read in place through a scattered block table, causal, GQA) agrees
     with SDPA over the gathered keys to float rounding: fresh prompts and chunks after a cached prefix, chunks
     shorter and longer than a query tile, contexts ending inside a block; q and out as strided row views."""
@@ -172,7 +173,7 @@ def test_c_prefill_kernel_matches_masked_sdpa(hq: int, hkv: int) -> None:
     lib = load_library()
     assert lib is not None
     torch.manual_seed(0)
-    nb, bs, d = 80, 16, 64
+    nb, d = -(-640 // bs) * 2, 64
     k_cache, v_cache = torch.randn(hkv, nb, bs, d), torch.randn(hkv, nb, bs, d)
     for context, q_len in ((1, 1), (5, 5), (37, 37), (129, 129), (300, 45), (300, 1), (17, 9), (640, 200)):
         table = torch.randperm(nb)[:-(-context // bs)]
@@ -188,6 +189,57 @@ def test_c_prefill_kernel_matches_masked_sdpa(hq: int, hkv: int) -> None:
         paged_prefill_attention(lib, q, k_cache, v_cache, table, context, d**-0.5, out[2:2 + q_len])
         assert torch.allclose(out[2:2 + q_len], want, atol=1e-5, rtol=1e-5), (context, q_len)
         assert out[:2].isnan().all() and out[2 + q_len:].isnan().all()  # nothing written outside its rows
+
+
+def test_forward_takes_the_c_prefill_kernel_and_agrees_with_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TorchPagedAttention.forward with the C library (prefill_attention.c for every chunk) against the same
+    call without it (SDPA): a fresh prompt and a chunk after a cached prefix in one step, keys written by
+    forward itself or already stored."""
+    import engine.layers.attention as attention_module
+    from engine.layers import cpu_kernels
+    from engine.layers.cpu_kernels import load_library
+
+    lib = load_library()
+    if lib is None:
+        pytest.skip("no C kernel here")
+    torch.manual_seed(0)
+    bs, hq, hkv, d = 16, 9, 3, 64
+    k_cache = torch.zeros(TorchPagedAttention.kv_cache_shape(32, bs, hkv, d))
+    v_cache = torch.zeros_like(k_cache)
+    table_a, table_b = list(range(0, 6)), list(range(10, 16))  # A: 40 fresh tokens; B: 50 cached, then 30
+    kb, vb = torch.randn(80, hkv, d), torch.randn(80, hkv, d)
+
+    def slots(table: list[int], positions: range) -> list[int]:
+        return [table[p // bs] * bs + p % bs for p in positions]
+
+    TorchPagedAttention(d**-0.5).write_kv(k_cache, v_cache, kb[:50], vb[:50], torch.tensor(slots(table_b, range(50))))
+    ka, va = torch.randn(40, hkv, d), torch.randn(40, hkv, d)
+    q = torch.randn(70, hq, d)
+    k, v = torch.cat([ka, kb[50:]]), torch.cat([va, vb[50:]])
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots(table_a, range(40)) + slots(table_b, range(50, 80))),
+        num_decodes=0, decode_block_tables=torch.zeros(0, 1, dtype=torch.long),
+        decode_context_lens=torch.zeros(0, dtype=torch.long),
+        prefills=[PrefillChunk(0, 40, 40, torch.tensor(table_a)), PrefillChunk(40, 30, 80, torch.tensor(table_b))],
+    )
+    torch_path = TorchPagedAttention(d**-0.5)
+    want = torch_path.forward(q, k, v, k_cache.clone(), v_cache.clone(), meta)
+    calls = []
+    real = cpu_kernels.paged_prefill_attention
+
+    def counted(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module, "paged_prefill_attention", counted)
+    kernel_path = TorchPagedAttention(d**-0.5, decode_kernel=lib)
+    for kv_stored in (False, True):  # written by forward, or already in the caches
+        kc, vc = k_cache.clone(), v_cache.clone()
+        if kv_stored:
+            torch_path.write_kv(kc, vc, k, v, meta.slot_mapping)
+        got = kernel_path.forward(q, k, v, kc, vc, meta, kv_stored=kv_stored)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert len(calls) == 4  # both chunks, both times: the kernel path was taken
 
 
 def test_c_prefill_kernel_refuses_inputs_that_do_not_fit() -> None:
