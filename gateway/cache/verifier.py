@@ -269,10 +269,12 @@ def _en_verbs_opposed(wa: tuple[str, ...], wb: tuple[str, ...]) -> bool:
     (wn.en_verbs_opposed): "How do I tighten a loose faucet handle?" / "faucet handle is stuck, how do I
     loosen it?". Unlike _lexical_change, a state of the other side in the same text ("loose") does not
     excuse the pair: the verb is what is asked for."""
-    va = [w for w in wa if _EN_VERB.search(w) and w not in wb and wn.en_bases(w)][:_EN_VERBS_MAX]
+    va = list(itertools.islice((w for w in wa if _EN_VERB.search(w) and w not in wb and wn.en_bases(w)),
+                               _EN_VERBS_MAX))  # capped before the WordNet lookups, not after
     if not va:
         return False
-    vb = [w for w in wb if _EN_VERB.search(w) and w not in wa and wn.en_bases(w)][:_EN_VERBS_MAX]
+    vb = list(itertools.islice((w for w in wb if _EN_VERB.search(w) and w not in wa and wn.en_bases(w)),
+                               _EN_VERBS_MAX))
     return any(wn.en_verbs_opposed(x, y) for x in va for y in vb)
 
 
@@ -1271,7 +1273,6 @@ def _roles_flipped(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:
 
 
 _HOW_MANY = frozenset({"many"})  # "how much" is followed by the substance ("how much protein"), not a unit
-_ZH_ASKING = ("多少", "几")
 
 
 def _asked(seq: tuple[str, ...], terms: dict[str, tuple[int, int]]) -> str | None:
@@ -1944,7 +1945,7 @@ def _clause_negated(clause: str) -> bool:
     not the question form 能不能 nor words like 非常 that hold the character and negate nothing)."""
     for m in _WORD.finditer(clause):
         low = _word(m.group(0))
-        if low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS):
+        if _negating(low):
             return True
     if not _CJK.search(clause):
         return False
@@ -2464,7 +2465,7 @@ def _zh_states(text: str) -> frozenset[tuple[str, int]]:
 # Words between a subject and its verb (adverbs, modals): 婆婆总是挑 / 儿媳总挑, 外甥能继承, 员工主动辞职.
 _ZH_BEFORE_VERB = ("总是", "老是", "一直", "经常", "常常", "主动", "应该", "可以", "已经", "总", "能", "可", "会", "要",
                    "该", "想", "都", "也", "还", "就", "再", "又")
-_ZH_ASKING = ("怎么", "如何", "怎样", "咋")
+_ZH_HOW = ("怎么", "如何", "怎样", "咋")
 # Last characters of Chinese words for people and parties (kin, roles, trades, firms): 婆婆, 儿媳, 舅舅, 外甥,
 # 卖家, 买家, 员工, 公司, 房东, 租客, 老板, 医生. Only these are read as subjects: a thing or place before a verb
 # is mostly a fronted topic (微信怎么注销账号 / 微信账户如何注销, 运动后吃饭好吗 / 吃饭在运动后好不好).
@@ -2488,8 +2489,8 @@ def _zh_subjects(text: str) -> dict[str, frozenset[str]]:
         k = _zh_skip(text, i + 2, _ZH_BEFORE_VERB)
         if text.startswith("把", k):
             k = _zh_skip(text, k + 3, _ZH_BEFORE_VERB)
-        for tag, at in (("1", k), ("2", _zh_skip(text, k, _ZH_ASKING))):
-            if at < len(text) and (_zh_polar_unit(text[at]) or text.startswith(_ZH_ASKING, at)):
+        for tag, at in (("1", k), ("2", _zh_skip(text, k, _ZH_HOW))):
+            if at < len(text) and (_zh_polar_unit(text[at]) or text.startswith(_ZH_HOW, at)):
                 found.setdefault(term, set()).add(tag + text[at])
     return {t: frozenset(ps) for t, ps in found.items()}
 
@@ -2641,7 +2642,7 @@ def _zh_modifier_exchanged(a: str, b: str) -> bool:
     return False
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)  # a dict per thing of the text: large for a long one
 def _zh_modified(text: str) -> dict[str, frozenset[tuple[str, bool]]]:
     """Each thing (two content characters once in the text) with the words before it (_zh_modifiers)."""
     pairs = Counter(text[i:i + 2] for i in range(len(text) - 1))
@@ -2972,7 +2973,7 @@ def _english_facts(text: str) -> EnglishFacts:
         if (low in lx.EN_NEGATING_VERBS and nxt == "to") or _refusing(lower, i):
             negating_verbs.append(i)
             negations += 1
-        elif low in lx.EN_NEGATIONS or (low.endswith("nt") and low[:-2] in _NT_STEMS):
+        elif _negating(low):
             negations += 1
         if tok[0].isdigit():
             numbers.extend((start, v) for v in _digits_value(tok))

@@ -323,9 +323,7 @@ def _links(x: str, pos: str, off: int, y: str, ppos: str, target: int, src: int,
 
 
 def _en_verb_of(verb: str, adjective: str) -> bool:
-    bases = {lemma[:-2] for lemma in lemmas(verb, "v") if lemma.endswith("en") and len(lemma) > 4}
-    bases |= {b[:-1] for b in bases if len(b) > 3 and b[-1] == b[-2]} | {b + "e" for b in bases}
-    return bool(bases & set(lemmas(adjective, "a")))
+    return bool(en_bases(verb) & set(lemmas(adjective, "a")))
 
 
 def _derived_from(x: str, y: str) -> bool:

@@ -507,6 +507,7 @@ def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
     ("My bike was hit by a car, who pays?", "My car hit a bike, who pays?", "order"),
     # "free" is still a price where it reads one (after a verb or a be)
     ("Is delivery free for members?", "Is delivery paid for members?", "scope"),
+    ("Is it free for members?", "Is it available for members?", "scope"),  # "free" alone, after a be and "it"
     # a name with another sense ("rust", "go", "c") is the name right before a noun of its kind
     ("How do I call a Rust function from Python?", "How can I call a Python function from inside a Rust program?",
      "order"),
@@ -665,8 +666,9 @@ def test_eighth_pass_checks_answer_hostile_texts_at_the_window() -> None:
     stranded = ("which " + "can do " * 700)[:4096]
     owners = ("my boss's car and my car " * 200)[:4096]
     en_verbs = " ".join(f"w{i}en" for i in range(400))
+    real_en = " ".join(["tighten", "soften", "widen", "darken"] * 100)  # real -en verbs: the cap is reached
     for x, y in ((stranded, stranded + " to"), (owners, owners.replace("boss's", "boss")),
-                 (en_verbs, en_verbs.replace("w", "v"))):
+                 (en_verbs, en_verbs.replace("w", "v")), (real_en, real_en.replace("tighten", "loosen"))):
         assert isinstance(verify(x, y), Verdict)
 
 
