@@ -10,6 +10,8 @@ from hypothesis import settings
 
 from tests.helpers import RedisServer
 
+pytest_plugins = ["tests.rss"]
+
 # Hypothesis: no per-example deadline (a shared 2-core CI box makes timings meaningless; speed lives in bench/).
 settings.register_profile("project", deadline=None, print_blob=True)
 settings.load_profile("project")
