@@ -1,10 +1,14 @@
-"""Peak memory of the test run: the pytest process and its whole process tree, sampled in a thread.
+"""Peak memory of the test run: the pytest process and its whole process tree, sampled in a thread; freed
+memory handed back to the system between test modules.
 
 `.ci/run` prints the summary line; the per-test growth table names what holds memory when the peak climbs.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 import threading
 
@@ -12,6 +16,8 @@ import psutil
 import pytest
 
 _MIB = 1024 * 1024
+_libc_name = ctypes.util.find_library("c")
+_LIBC = ctypes.CDLL(_libc_name) if _libc_name and hasattr(ctypes.CDLL(_libc_name), "malloc_trim") else None  # glibc only
 
 
 class RssWatch:
@@ -25,6 +31,7 @@ class RssWatch:
         self.peak_test = ""
         self.current = ""
         self.growth: list[tuple[int, str]] = []
+        self._module: object = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-watch", daemon=True)
 
@@ -59,6 +66,15 @@ class RssWatch:
                 self.sample()
             except psutil.Error:
                 continue
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        # Between modules, hand freed memory back: torch's large temporaries leave glibc's heaps fragmented,
+        # and the next module's engine would otherwise be stacked on top of the last one's free pages.
+        if item.module is not self._module:
+            self._module = item.module
+            gc.collect()
+            if _LIBC is not None:
+                _LIBC.malloc_trim(0)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):

@@ -6,9 +6,8 @@ keeps cumulative totals, so no second copy can drift); TTFT and TPOT are histogr
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -64,13 +63,14 @@ class EngineMetrics:
     engine that replaces another (a policy reload) reuses the same metrics and rebinds the stats source.
     """
 
-    _shared: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, EngineMetrics]] = weakref.WeakKeyDictionary()
-
     @classmethod
     def on(cls, registry: CollectorRegistry) -> EngineMetrics:
-        metrics = cls._shared.get(registry)
+        # Kept on the registry itself: a map keyed by registries (even a weak one) would hold each registry,
+        # through its value, and with it the last engine bound to it, for the life of the process.
+        metrics = getattr(registry, "_engine_metrics", None)
         if metrics is None:
-            metrics = cls._shared[registry] = cls(registry)
+            metrics = cls(registry)
+            registry._engine_metrics = metrics  # type: ignore[attr-defined]
         return metrics
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:

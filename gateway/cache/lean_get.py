@@ -32,13 +32,91 @@ def _command(*parts: bytes) -> bytes:
     return b"".join(out)
 
 
-class LeanGet(asyncio.Protocol):
-    def __init__(self, kwargs: dict[str, Any]) -> None:
-        self._kw = kwargs
-        self._transport: asyncio.Transport | None = None
+class _Connection(asyncio.Protocol):
+    """One Redis connection and the futures waiting on its replies.
+
+    Each connect gets its own, so callbacks of a connection abandoned mid-connect (a cancelled lookup) can
+    only touch that dead connection, never the one that replaced it.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
         self._waiters: deque[asyncio.Future] = deque()
         self._out: list[bytes] = []  # commands queued in this loop turn, written together by _flush
         self._reader = hiredis.Reader()
+
+    @property
+    def usable(self) -> bool:
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
+    def send(self, data: bytes) -> asyncio.Future:
+        if not self.usable:
+            raise RedisConnectionError("lean get: connection lost")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        # One socket write per loop turn for every GET queued in it: a write is a syscall, and under load
+        # dozens of lookups start in the same turn. The order of `_waiters` is the order of `_out`.
+        self._out.append(data)
+        if len(self._out) == 1:
+            loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        data = b"".join(self._out)
+        self._out.clear()
+        if not data or not self.usable:
+            self.abort(None)
+            return
+        try:
+            self.transport.write(data)  # type: ignore[union-attr]
+        except (RuntimeError, OSError) as e:  # closed underneath us (uvloop raises RuntimeError)
+            self.abort(e)
+
+    def abort(self, exc: BaseException | None) -> None:
+        """Mark the connection dead, close it and fail everyone waiting on it."""
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+        self._fail(exc)
+
+    def _fail(self, exc: BaseException | None) -> None:
+        self._out.clear()
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(RedisConnectionError(f"lean get: connection lost ({exc})"))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.lost:  # made after its connect was abandoned
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        while (reply := self._reader.gets()) is not False:
+            if not self._waiters:
+                self.abort(None)  # a reply nobody asked for: the stream is out of step
+                return
+            fut = self._waiters.popleft()
+            if fut.done():  # its caller timed out: the reply is dropped, the order kept
+                continue
+            if isinstance(reply, hiredis.ReplyError):
+                fut.set_exception(ResponseError(str(reply)))
+            else:
+                fut.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.transport = None
+        self._fail(exc)
+
+
+class LeanGet:
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        self._kw = kwargs
+        self._conn: _Connection | None = None  # set only once connected and AUTH/SELECT are out
         self._connecting: asyncio.Future | None = None
 
     @classmethod
@@ -63,90 +141,47 @@ class LeanGet(asyncio.Protocol):
         return await self._request(_command(b"HGET", key.encode(), field))
 
     async def _request(self, command: bytes) -> bytes | None:
-        if self._transport is None or self._connecting is not None:  # not before AUTH/SELECT went out
-            await self._connect()
-        return await self._send(command)
+        conn = self._conn
+        if conn is None or not conn.usable:
+            conn = await self._connect()
+        return await conn.send(command)
 
-    def _send(self, data: bytes) -> asyncio.Future:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            raise RedisConnectionError("lean get: connection lost")
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._waiters.append(fut)
-        # One socket write per loop turn for every GET queued in it: a write is a syscall, and under load
-        # dozens of lookups start in the same turn. The order of `_waiters` is the order of `_out`.
-        self._out.append(data)
-        if len(self._out) == 1:
-            loop.call_soon(self._flush)
-        return fut
-
-    def _flush(self) -> None:
-        data = b"".join(self._out)
-        self._out.clear()
-        transport = self._transport
-        if not data or transport is None or transport.is_closing():
-            return  # connection_lost fails every waiter, these included
-        transport.write(data)
-
-    async def _connect(self) -> None:
+    async def _connect(self) -> _Connection:
         if self._connecting is not None:  # one connect shared by everyone who arrives meanwhile
-            await asyncio.shield(self._connecting)
-            return
+            return await asyncio.shield(self._connecting)
         loop = asyncio.get_running_loop()
-        self._connecting = loop.create_future()
+        self._conn = None
+        connecting = self._connecting = loop.create_future()
+        conn = _Connection()
         try:
             kw = self._kw
             if kw["path"]:
-                await loop.create_unix_connection(lambda: self, kw["path"])
+                await loop.create_unix_connection(lambda: conn, kw["path"])
             else:
-                await loop.create_connection(lambda: self, kw["host"], kw["port"])
+                await loop.create_connection(lambda: conn, kw["host"], kw["port"])
             if kw["password"]:
                 auth = [kw["username"].encode()] if kw["username"] else []
-                await self._send(_command(b"AUTH", *auth, str(kw["password"]).encode()))
+                await conn.send(_command(b"AUTH", *auth, str(kw["password"]).encode()))
             if kw["db"]:
-                await self._send(_command(b"SELECT", str(kw["db"]).encode()))
-            self._connecting.set_result(None)
-        except Exception as e:
-            if self._transport is not None:
-                self._transport.close()
-            self._connecting.set_exception(RedisConnectionError(f"lean get: {e}"))
-            self._connecting.exception()  # retrieved: the waiters above get their own error
-            raise RedisConnectionError(f"lean get: {e}") from e
-        except BaseException as e:  # cancelled (or interrupted): the waiters fail, this one re-raises as it was
-            if self._transport is not None:
-                self._transport.close()
-            self._connecting.set_exception(RedisConnectionError(f"lean get: connect interrupted ({e!r})"))
-            self._connecting.exception()
+                await conn.send(_command(b"SELECT", str(kw["db"]).encode()))
+            if not conn.usable:
+                raise RedisConnectionError("connection closed while connecting")
+        except BaseException as e:  # failed, cancelled or interrupted: this connection is never used
+            conn.abort(e)
+            error = RedisConnectionError(f"lean get: connect failed ({e!r})")
+            connecting.set_exception(error)
+            connecting.exception()  # retrieved: the waiters above get their own error
+            if isinstance(e, Exception) and not isinstance(e, RedisConnectionError):
+                raise error from e
             raise
+        else:
+            self._conn = conn
+            connecting.set_result(conn)
+            return conn
         finally:
             self._connecting = None
 
-    # ---- asyncio.Protocol ---------------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        self._reader = hiredis.Reader()
-
-    def data_received(self, data: bytes) -> None:
-        self._reader.feed(data)
-        while (reply := self._reader.gets()) is not False:
-            fut = self._waiters.popleft()
-            if fut.done():  # its caller timed out: the reply is dropped, the order kept
-                continue
-            if isinstance(reply, hiredis.ReplyError):
-                fut.set_exception(ResponseError(str(reply)))
-            else:
-                fut.set_result(reply)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
-        self._out.clear()
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_exception(RedisConnectionError(f"lean get: connection lost ({exc})"))
-
     def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+        if self._conn is not None:
+            self._conn.abort(None)
+            self._conn = None

@@ -69,3 +69,52 @@ def test_hget_reads_a_field_in_order_with_gets(redis_url: str) -> None:
 
     asyncio.run(main())
     sync.close()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_connect_cancelled_at_any_moment_never_leaves_a_dead_connection(redis_url: str, loop_kind: str) -> None:
+    """A client that hangs up while the first connection is being made cancels the lookup inside connect;
+    whatever moment that lands on (before, during or after the transport is made, before AUTH/SELECT went
+    out), the next lookup must reach Redis, or the exact cache would be off for good."""
+    import uvloop
+
+    sync = redis.Redis.from_url(redis_url)
+    sync.set("k", "v")
+    sync.close()
+    stuck: list[str] = []
+
+    async def trial(turns: int, pause: float) -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        lean = LeanGet.for_client(client)
+        assert lean is not None
+        try:
+            first = asyncio.ensure_future(lean.get("k"))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            if pause:
+                await asyncio.sleep(pause)
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            try:
+                value = await asyncio.wait_for(lean.get("k"), 2)
+            except Exception as e:  # noqa: BLE001 - any failure is the defect under test
+                stuck.append(f"turns={turns} pause={pause}: {e!r}")
+                return
+            if value != b"v":
+                stuck.append(f"turns={turns} pause={pause}: {value!r}")
+        finally:
+            lean.close()
+            await client.aclose()
+
+    async def main() -> None:
+        for turns in range(12):
+            for pause in (0.0, 0.0002, 0.0005, 0.001, 0.002):
+                await trial(turns, pause)
+
+    if loop_kind == "uvloop":
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+    assert stuck == []
