@@ -11,6 +11,8 @@
         store: always
         lookup_timeout_ms: 500                     # a lookup not answered by then is a miss (result="timeout")
         judge: {backend: small, model: gpt-4o-mini, timeout_ms: 800, min_confidence: 0.9, threshold: 0.65}
+        max_wrong: 0.01                            # error budget: share of served hits allowed to be wrong
+        explore: {floor: 0.02, cap: 0.2}           # share of would-be hits sent upstream to learn; false: none
 
 Absent `cache` (or `false`) turns caching off for the route. `cache: true` or `{}` turns L1 on with its
 defaults. L2 is opt-in (`semantic: true` or a mapping) because it answers with a near match, not an equal one.
@@ -33,7 +35,9 @@ MAX_TIMEOUT_MS = 60_000
 # from there up, so a judge looks at the band below it.
 DEFAULT_JUDGE_THRESHOLD = 0.65
 EXACT_KEYS = frozenset({"ttl", "store"})
-SEMANTIC_KEYS = frozenset({"threshold", "ttl", "max_entries", "verify", "store", "lookup_timeout_ms", "judge"})
+SEMANTIC_KEYS = frozenset({"threshold", "ttl", "max_entries", "verify", "store", "lookup_timeout_ms", "judge",
+                           "max_wrong", "explore"})
+EXPLORE_KEYS = frozenset({"floor", "cap"})
 JUDGE_KEYS = frozenset({"backend", "model", "timeout_ms", "min_confidence", "threshold"})
 
 
@@ -69,6 +73,11 @@ class SemanticConfig:
     # as a miss, so no tenant can hold another's request at the cache.
     lookup_timeout_ms: float = 500.0
     judge: JudgeConfig | None = None
+    # The error budget (learning.py): a would-be hit is served while the route's estimated wrong rate, plus one
+    # standard deviation, stays within it; `null` turns learning off (the static threshold and verifier only).
+    max_wrong: float | None = 0.01
+    explore_floor: float = 0.02  # would-be hits always sent upstream to check the cache
+    explore_cap: float = 0.2  # at most this share, while the estimate nears the budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +153,29 @@ def _parse_semantic(raw: object, path: str, check: Checker) -> SemanticConfig | 
         store=_store(m, path, d.store, check),
         lookup_timeout_ms=_timeout_ms(m, "lookup_timeout_ms", path, d.lookup_timeout_ms, check),
         judge=judge,
+        max_wrong=_max_wrong(m, path, d.max_wrong, check),
+        **_explore(m.get("explore", True), join(path, "explore"), d, check),
     )
+
+
+def _max_wrong(m: dict, path: str, default: float | None, check: Checker) -> float | None:
+    if "max_wrong" in m and m["max_wrong"] is None:
+        return None
+    return _fraction(m, "max_wrong", path, default or 0.01, check)
+
+
+def _explore(raw: object, path: str, d: SemanticConfig, check: Checker) -> dict[str, float]:
+    """`explore: false` (no exploration), true (the defaults) or {floor, cap}, 0 <= floor <= cap <= 1."""
+    m = _on_off(raw, path, EXPLORE_KEYS, check)
+    if not isinstance(m, dict):
+        return {"explore_floor": d.explore_floor if m else 0.0, "explore_cap": d.explore_cap if m else 0.0}
+    floor = check.get_number(m, "floor", path, d.explore_floor, minimum=0.0, maximum=1.0)
+    cap = check.get_number(m, "cap", path, max(d.explore_cap, floor or 0.0), minimum=0.0, maximum=1.0)
+    floor = d.explore_floor if floor is None else floor
+    cap = d.explore_cap if cap is None else cap
+    if cap < floor:
+        check.error(join(path, "cap"), f"must be at least explore.floor ({floor:g}), got {cap:g}")
+    return {"explore_floor": floor, "explore_cap": max(cap, floor)}
 
 
 def _parse_judge(raw: object, path: str, route_threshold: float, check: Checker) -> JudgeConfig | None:

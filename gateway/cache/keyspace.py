@@ -48,6 +48,11 @@ def semantic_scopes(ns: str) -> str:
     return f"{_tag(ns)}:ss"
 
 
+def learning(route: str) -> str:
+    """hash: a route's would-be hits observed right/wrong and served, per similarity band (learning.py)."""
+    return f"{PREFIX}:learn:{{{route}}}"
+
+
 def namespace_of(key: str) -> str | None:
     """The namespace whose hash tag `key` carries, or None for a key outside any namespace."""
     head = f"{PREFIX}:{{"

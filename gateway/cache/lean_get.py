@@ -140,6 +140,10 @@ class LeanGet:
         """HGET key field (a semantic hit's completion), with GET's errors."""
         return await self._request(_command(b"HGET", key.encode(), field))
 
+    async def hmget(self, key: str, *fields: bytes) -> list[bytes | None]:
+        """HMGET key field... (a semantic hit's completion and what was learned of it), with GET's errors."""
+        return await self._request(_command(b"HMGET", key.encode(), *fields))  # type: ignore[return-value]
+
     async def _request(self, command: bytes) -> bytes | None:
         conn = self._conn
         if conn is None or not conn.usable:

@@ -30,6 +30,7 @@ from gateway.cache.exact import namespace_member, parse_namespace_member, replay
 from gateway.cache.index import EntryMeta
 from gateway.cache.keys import SemanticQuery
 from gateway.cache.lean_get import LeanGet
+from gateway.cache.learning import Evidence, Probe
 from gateway.cache.verifier import verify as verify_pair
 from gateway.deadline import retrieve
 from gateway.redis_client import ClusterClient, execute_partial
@@ -56,6 +57,8 @@ TOUCH_DELAY_S = 1.0  # LRU uses gather this long before one write: a hit pays no
 # goes on after this long without it.
 CLOSE_WAIT_S = 5.0
 MAX_JUDGE_CALLS = 1  # live judge calls per lookup (cached verdicts are free): bounds a miss's extra latency
+LEARN_FLOOR = 0.70  # candidates from here up may be served on evidence of their own, and are compared on a miss
+FIELDS = (b"c", b"lo", b"hi")  # an entry's completion and what was learned of it (learning.py)
 
 
 @dataclass(slots=True)
@@ -65,6 +68,8 @@ class Outcome:
     completion: dict | None = None
     similarity: float | None = None
     reason: str | None = None  # the verifier's reason (or "judge") when a candidate was turned down
+    evidence: Evidence | None = None  # what the hit's entry learned (None for a judge's hit)
+    probe: Probe | None = None  # the would-be hit, or on a miss the nearest look-alike, to learn from
 
 
 def entry_id(scope: str, text: str) -> str:
@@ -172,7 +177,7 @@ class SemanticCache:
 
     async def lookup(self, ns: str, query: SemanticQuery, threshold: float, verify: bool,
                      max_age: float | None, *, deadline_s: float | None = None, judge: Judge | None = None,
-                     judge_threshold: float | None = None) -> Outcome:
+                     judge_threshold: float | None = None, learn: bool = False) -> Outcome:
         """Candidates at or above `threshold` that the verifier accepts are served. With a judge, candidates
         from `judge_threshold` up to `threshold` that the verifier accepts are asked to the judge."""
         if not self.worker.ready:
@@ -186,12 +191,14 @@ class SemanticCache:
             return Outcome("timeout")
         if vector is None:
             return Outcome("overflow")
-        floor = min(threshold, judge_threshold) if judge is not None and judge_threshold is not None else threshold
+        judge_floor = judge_threshold if judge is not None and judge_threshold is not None else threshold
+        floor = min(threshold, judge_floor, LEARN_FLOOR if learn else threshold)
         now = time.time()
         t0 = time.perf_counter()
         direct: list[tuple[EntryMeta, float]] = []
         band: list[tuple[EntryMeta, float]] = []
         rejected: str | None = None
+        turned_down: tuple[EntryMeta, float] | None = None
         for meta, score in candidates:
             if score < floor:
                 break  # FAISS returns candidates best first
@@ -201,6 +208,7 @@ class SemanticCache:
                 verdict = verify_pair(query.text, meta.text)
                 if not verdict.ok:
                     rejected = rejected or verdict.reason
+                    turned_down = turned_down or (meta, score)
                     continue
             (direct if score >= threshold else band).append((meta, score))
         timings = self.worker.timings
@@ -208,11 +216,26 @@ class SemanticCache:
         timings.verified += 1
         found = await self._first_stored(ns, direct[:MAX_FETCHES])
         if not isinstance(found, str):
-            return Outcome("hit", vector, found[2], found[1])
+            meta, score, completion, evidence = found
+            return Outcome("hit", vector, completion, score, evidence=evidence,
+                           probe=Probe(ns, meta.entry_id, score, "explore", True, completion))
         missed = found
+        if learn and band:  # the nearest verified look-alike below the threshold: served on its own evidence
+            meta, score = band[0]
+            near = await self._first_stored(ns, [(meta, score)], need="right")
+            if not isinstance(near, str):
+                return Outcome("hit", vector, near[2], score, evidence=near[3],
+                               probe=Probe(ns, meta.entry_id, score, "explore", True, near[2]))
+            probe: Probe | None = Probe(ns, meta.entry_id, score, "near", True, None)
+        elif learn and turned_down is not None:
+            probe = Probe(ns, turned_down[0].entry_id, turned_down[1], "near", False, None)
+        else:
+            probe = None
         if judge is not None and band:
             live_calls = 0
             for meta, score in band:
+                if score < judge_floor:
+                    break
                 if live_calls >= MAX_JUDGE_CALLS:
                     break
                 said = await judge.same_answer(meta.text, query.text, ns=ns, scope=query.scope)
@@ -226,21 +249,23 @@ class SemanticCache:
                 missed = "error" if found == "error" else missed
         if missed == "error":  # counted as the exact layer counts an entry it cannot replay
             return Outcome("error", vector, reason=rejected)
-        return Outcome("rejected" if rejected else "miss", vector, reason=rejected)
+        return Outcome("rejected" if rejected else "miss", vector, reason=rejected, probe=probe)
 
-    async def _first_stored(self, ns: str, accepted: list[tuple[EntryMeta, float]],
-                            ) -> tuple[EntryMeta, float, dict] | str:
-        """The first accepted candidate whose completion is still in Redis (recording the use for the LRU).
-        Without one, the lookup's result: "error" when a candidate read back was not an answer the gateway
-        stores, else "miss"."""
+    async def _first_stored(self, ns: str, accepted: list[tuple[EntryMeta, float]], need: str | None = None,
+                            ) -> tuple[EntryMeta, float, dict, Evidence] | str:
+        """The first accepted candidate whose completion is still in Redis (recording the use for the LRU) and
+        whose own evidence does not rule it out ("wrong" at its similarity; with `need`, anything else than
+        that verdict). Without one, the lookup's result: "error" when a candidate read back was not an answer
+        the gateway stores, else "miss"."""
         timings = self.worker.timings
         missed = "miss"
         for meta, score in accepted:
             key = ks.semantic_entry(ns, meta.entry_id)
             t1 = time.perf_counter()
-            raw = await self._fetch(key)
+            row = await self._fetch(key)
             timings.fetch_s += time.perf_counter() - t1
             timings.fetched += 1
+            raw = row[0] if row else None
             if raw is None:  # expired or evicted elsewhere before its event reached us
                 self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
                 continue
@@ -254,8 +279,12 @@ class SemanticCache:
                 self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
                 missed = "error"
                 continue
+            evidence = Evidence.parse(row[1], row[2])
+            verdict = evidence.verdict(score)
+            if verdict == "wrong" or (need is not None and verdict != need):
+                continue
             self._touch(ns, meta)
-            return meta, score, completion
+            return meta, score, completion, evidence
         return missed
 
     async def has_entry(self, ns: str, eid: str) -> bool:
@@ -263,18 +292,23 @@ class SemanticCache:
         key = ks.semantic_entry(ns, eid)
         return bool(await self._store_guard.call(lambda: self._redis.exists(key), key=key))
 
-    async def _fetch(self, key: str) -> bytes | None:
-        """Read a hit's completion. On a plain Redis it is one HGET on the lean connection: a few microseconds
+    async def fetch_completion(self, ns: str, eid: str) -> dict | None:
+        """An entry's completion (a look-alike's answer to compare with a fresh one), None when gone."""
+        row = await self._fetch(ks.semantic_entry(ns, eid))
+        return _completion(row[0]) if row and row[0] is not None else None
+
+    async def _fetch(self, key: str) -> list | None:
+        """Read a hit's completion and evidence (FIELDS). On a plain Redis it is one HMGET on the lean connection: a few microseconds
         of Python instead of redis-py's pool, packing and retry layers (~0.4 ms of a C=1 hit on one core), and
         the reads of lookups that resume in the same loop turn leave in one write. Elsewhere (TLS, cluster) a
-        lone read goes out at once as one HGET, and reads that arrive meanwhile are coalesced into one pipeline
+        lone read goes out at once as one HMGET, and reads that arrive meanwhile are coalesced into one pipeline
         on one connection instead of one connection each."""
         if self._lean is not None:
-            return await self._lookup_guard.call(self._lean.hget(key, b"c"), key=key)
+            return await self._lookup_guard.call(self._lean.hmget(key, *FIELDS), key=key)
         if not self._reading and not self._fetches:
             self._reading = True
             try:
-                return await self._lookup_guard.call(lambda: self._redis.hget(key, "c"), key=key)
+                return await self._lookup_guard.call(lambda: self._redis.hmget(key, *FIELDS), key=key)
             finally:
                 self._reading = False
         future = asyncio.get_running_loop().create_future()
@@ -290,7 +324,7 @@ class SemanticCache:
             async def read(batch: list[tuple[str, asyncio.Future]] = batch) -> list:
                 pipe = self._redis.pipeline(transaction=False)
                 for key, _ in batch:
-                    pipe.hget(key, "c")
+                    pipe.hmget(key, *FIELDS)
                 return await pipe.execute()
 
             try:

@@ -15,6 +15,8 @@ exact-only (window.py); every semantic lookup has a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -25,10 +27,12 @@ from prometheus_client import Gauge, Histogram
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.cache import keyspace as ks
+from gateway.cache.agreement import answers_agree, fact_text
 from gateway.cache.embedder import DIM, shared_embedder
 from gateway.cache.exact import ExactCache, Stored, parse_namespace_member, replayable, storable
 from gateway.cache.judge import Judge, JudgeMetrics, VerdictCache
 from gateway.cache.keys import SemanticQuery, exact_key, is_deterministic, namespace_id, semantic_query
+from gateway.cache.learning import Learner, Probe, decide, stale
 from gateway.cache.semantic import SemanticCache, entry_id
 from gateway.cache.verifier import REASONS as VERIFIER_REASONS
 from gateway.cache.window import MAX_CHARS, last_message_chars
@@ -49,7 +53,8 @@ THRESHOLD_HEADER = "X-Cache-Threshold"  # a request may raise the route's semant
 SLOW_PATH_FACTOR = 10  # stores and semantic reads: off the path of exact hits, more room than exact lookups
 LOOKUP_RESULTS = {
     "exact": ("hit", "miss", "stale", "bypass", "error"),
-    "semantic": ("hit", "miss", "stale", "rejected", "bypass", "error", "unavailable", "timeout", "overflow"),
+    "semantic": ("hit", "miss", "stale", "rejected", "bypass", "error", "unavailable", "timeout", "overflow",
+                 "explored", "held"),
 }
 STORE_RESULTS = {
     "exact": ("stored", "error"),
@@ -64,7 +69,7 @@ MAX_UNEMBEDDABLE = 10_000  # entry ids known not to fit the window, so their exa
 class CacheLookup:
     """What a lookup learned that the store after the response reuses (keys, the query's embedding)."""
 
-    __slots__ = ("config", "ns", "digest", "query", "vector", "overflow")
+    __slots__ = ("config", "ns", "digest", "query", "vector", "overflow", "probe")
 
     def __init__(self, config: CacheConfig, ns: str, digest: str | None, query: SemanticQuery | None,
                  overflow: bool) -> None:
@@ -74,6 +79,7 @@ class CacheLookup:
         self.query = query
         self.vector: Any = None
         self.overflow = overflow  # the last message does not fit the embedding window: exact-only
+        self.probe: Probe | None = None  # a cached look-alike to compare with the fresh answer (learning)
 
 
 class CacheStage:
@@ -121,6 +127,19 @@ class CacheStage:
         self._judge_metrics = JudgeMetrics(r)
         self._verdicts = VerdictCache(self._redis, self.semantic_guard)
         self._judges: dict[tuple, Judge] = {}
+        self.learner = Learner(self._redis, self.semantic_guard)
+        self._learned = PromCounter("gateway_cache_semantic_learned", "Cached answers compared with a fresh one",
+                                    ["route", "kind", "outcome"], registry=r)
+        self._explored = PromCounter("gateway_cache_semantic_explored", "Would-be hits sent upstream to learn",
+                                     ["route"], registry=r)
+        self._held = PromCounter("gateway_cache_semantic_held", "Would-be hits sent upstream: over the budget",
+                                 ["route"], registry=r)
+        self._served = PromCounter("gateway_cache_semantic_served", "Semantic hits served within the budget",
+                                   ["route"], registry=r)
+        self._wrong_estimate = Gauge("gateway_cache_semantic_wrong_estimate",
+                                     "Estimated share of semantic hits served wrong", ["route"], registry=r)
+        self._wrong_bound = Gauge("gateway_cache_semantic_wrong_bound",
+                                  "That estimate plus one standard deviation", ["route"], registry=r)
         self._backlog = 0  # answers waiting for the model (they hold /ready at 503 until stored)
         self._backfilling: set[str] = set()
         self._unembeddable: dict[str, None] = {}
@@ -208,6 +227,8 @@ class CacheStage:
             elif lookup.query is not None and semantic is not None and _allowed(semantic.store, ctx):
                 # Embedding takes milliseconds: store in the background so the response is not held up.
                 self.semantic.spawn(self._semantic_store(tenant, ctx.model, lookup, completion))
+            if lookup.probe is not None and semantic is not None and semantic.max_wrong is not None:
+                self.semantic.spawn(self._learn(ctx.route.name, lookup.probe, completion))
         except Exception:  # after() must never fail a request that already succeeded
             log.exception("cache store failed")
 
@@ -269,6 +290,7 @@ class CacheStage:
             "exact_entries": sum(n["exact_entries"] for n in namespaces),
             "semantic_entries": sum(n["semantic_entries"] for n in namespaces),
             "namespaces": namespaces,
+            "learning": self.learner.stats(_budgets(self._get_policy())),  # this process's view of shared counts
             "process": {
                 "lookups": lookups,
                 "semantic_indexed": len(self.worker.indexes),
@@ -314,7 +336,8 @@ class CacheStage:
         try:
             outcome = await self.semantic.lookup(
                 lookup.ns, query, threshold, semantic.verify, max_age, deadline_s=semantic.lookup_timeout_ms / 1000,
-                judge=judge, judge_threshold=max(semantic.judge.threshold, floor) if semantic.judge else None)
+                judge=judge, judge_threshold=max(semantic.judge.threshold, floor) if semantic.judge else None,
+                learn=semantic.max_wrong is not None)
         except RedisUnavailable:
             self._observe("semantic", "error", t0)
             return None
@@ -326,12 +349,72 @@ class CacheStage:
         lookup.overflow = outcome.result == "overflow"
         if outcome.reason and outcome.reason != "judge":
             self._rejections.labels(outcome.reason).inc()
-        self._observe("semantic", outcome.result, t0)
-        if outcome.result != "hit" or outcome.completion is None:
+        result = self._budget(ctx, lookup, outcome) if semantic.max_wrong is not None else outcome.result
+        self._observe("semantic", result, t0)
+        if result != "hit" or outcome.completion is None:
             return None
         ctx.response_headers["X-Cache"] = "HIT-SEMANTIC"
         ctx.response_headers["X-Cache-Similarity"] = f"{outcome.similarity:.4f}"
         return outcome.completion
+
+    def _budget(self, ctx: RequestContext, lookup: CacheLookup, outcome: Any) -> str:
+        """The lookup's result under the route's error budget: a would-be hit is served, explored or held
+        (both go upstream and are compared); a miss keeps its nearest look-alike to compare."""
+        semantic = lookup.config.semantic
+        assert semantic is not None and semantic.max_wrong is not None
+        route = ctx.route.name
+        self._sync_soon(route)
+        if outcome.result != "hit":
+            lookup.probe = outcome.probe
+            return outcome.result
+        if outcome.probe is None or outcome.evidence is None:  # a judge's hit: the judge answers for it
+            return "hit"
+        choice = decide(self.learner.route(route), outcome.similarity, outcome.evidence, semantic.max_wrong,
+                        semantic.explore_floor, semantic.explore_cap, self.learner.rng)
+        if choice == "serve":
+            self.learner.served(route, outcome.similarity)
+            self._served.labels(route).inc()
+            return "hit"
+        lookup.probe = dataclasses.replace(outcome.probe, kind=choice)
+        if choice == "explore":
+            self.learner.explored(route)
+            self._explored.labels(route).inc()
+            ctx.response_headers["X-Cache-Explore"] = "1"
+            return "explored"
+        self._held.labels(route).inc()
+        return "held"
+
+    def _sync_soon(self, route: str) -> None:
+        """Share this process's counts and read the route's totals, at most once a second, off the request."""
+        if stale(self.learner.route(route)):
+            self.learner.route(route).synced_at = time.monotonic()
+            self.semantic.spawn(self._sync(route))
+
+    async def _sync(self, route: str) -> None:
+        with contextlib.suppress(RedisUnavailable, RedisError, RedisClusterException, OSError):
+            await self.learner.sync(route, ks.learning(route))
+        budget = _budgets(self._get_policy()).get(route)
+        if budget is not None:
+            estimate, bound = self.learner.route(route).estimate(budget)
+            self._wrong_estimate.labels(route).set(estimate)
+            self._wrong_bound.labels(route).set(bound)
+
+    async def _learn(self, route: str, probe: Probe, completion: dict) -> None:
+        """Compare the fresh answer with the cached look-alike's and record the outcome (in the background)."""
+        try:
+            cached = probe.completion or await self.semantic.fetch_completion(probe.ns, probe.entry_id)
+            if cached is None:
+                return
+            fresh_text, cached_text = fact_text(completion), fact_text(cached)
+            if not fresh_text or not cached_text:
+                return
+            va, vb = await self.worker.embed(cached_text), await self.worker.embed(fresh_text)
+            agree, _why = answers_agree(cached_text, fresh_text, va, vb)
+            await self.learner.record(route, probe, agree, ks.semantic_entry(probe.ns, probe.entry_id))
+            self._learned.labels(route, probe.kind, "right" if agree else "wrong").inc()
+        except Exception as e:  # learning must never fail anything: count nothing, log what is not Redis
+            if not isinstance(e, (RedisUnavailable, RedisError)):
+                log.exception("semantic learning failed")
 
     def _judge(self, config: JudgeConfig, ttl_s: float) -> Judge:
         """One Judge per (judge settings, backend type, TTL); the backend itself is looked up per call."""
@@ -482,6 +565,12 @@ def _allowed(mode: StoreMode, ctx: RequestContext) -> bool:
 
 def _unavailable(e: BaseException) -> GatewayError:
     return GatewayError(503, f"The cache store (Redis) is unavailable: {e}", "server_error", "cache_unavailable")
+
+
+def _budgets(policy: Policy) -> dict[str, float]:
+    """Each learning route's error budget, by route name."""
+    return {r.name: r.cache.semantic.max_wrong for r in policy.routes
+            if r.cache is not None and r.cache.semantic is not None and r.cache.semantic.max_wrong is not None}
 
 
 def uses_semantic(policy: Policy) -> bool:
