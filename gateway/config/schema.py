@@ -48,6 +48,9 @@ class ServerConfig:
     max_header_bytes: int = 8190  # one request line or header line; longer ones get a 400 envelope
     max_headers: int = 64  # header lines per request: with max_header_bytes it bounds the total header size
     header_timeout_s: float = 15.0  # a connection idle this long, or still sending its headers, is closed
+    # Messages of a chat request (prompts or inputs of a batched completions or embeddings request): every stage
+    # walks them on the event loop, so their count bounds how long one request can hold it. More: a 400.
+    max_messages: int = 2048
     ops: OpsConfig = field(default_factory=OpsConfig)
 
 
