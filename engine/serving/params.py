@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from engine.chat_template import ChatTemplateError
-from engine.guided import GuidedSpec
+from engine.guided import GrammarTooLargeError, GuidedSpec
 from engine.serving.errors import EngineRequestError, bad_request
 
 if TYPE_CHECKING:
@@ -249,8 +249,8 @@ def _check_grammar(spec: GuidedSpec, param: str, check: GrammarCheck | None) -> 
     try:
         check(spec)
     except ValueError as e:
-        raise bad_request(f"'{param}' cannot be used for constrained decoding: {e}", param,
-                          "unsupported_parameter") from e
+        code = "grammar_too_large" if isinstance(e, GrammarTooLargeError) else "unsupported_parameter"
+        raise bad_request(f"'{param}' cannot be used for constrained decoding: {e}", param, code) from e
 
 
 def check_model(body: dict, served: str) -> str:
