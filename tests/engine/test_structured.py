@@ -250,3 +250,49 @@ def test_regex_bounds(pattern: str, refused: bool) -> None:
             check_regex(pattern)
     else:
         check_regex(pattern)
+
+
+@pytest.mark.parametrize(("stream", "parallel", "tools"), [
+    (False, False, TOOLS), (True, False, TOOLS), (False, True, TOOLS), (True, True, TOOLS[:1]),
+])
+def test_required_call_cut_before_it_is_whole_comes_back_in_tool_calls(
+    client: openai.OpenAI, stream: bool, parallel: bool, tools: list,
+) -> None:
+    """As a named call cut by max_tokens does: the partial call in tool_calls, never the grammar's raw JSON as
+    content."""
+    kw = {"model": MODEL, "messages": ASK_WEATHER, "tools": tools, "tool_choice": "required", "temperature": 0,
+          "max_tokens": 18, "parallel_tool_calls": parallel}  # the name is whole, the arguments are not
+    if stream:
+        content, calls, finish = streamed(client, **kw)
+    else:
+        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+        msg, finish = r.choices[0].message, r.choices[0].finish_reason
+        content = msg.content or ""
+        calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                 for c in msg.tool_calls or ()]
+    assert finish == "length" and content == ""
+    assert len(calls) == 1 and calls[0]["name"] == "get_weather" and calls[0]["id"].startswith("call_")
+    arguments = calls[0]["arguments"]
+    assert arguments.startswith("{") and '"name"' not in arguments
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(arguments)  # cut: a JSON prefix, as a named call's arguments are
+
+
+@pytest.mark.parametrize(("text", "parallel", "expected"), [
+    ('{"name": "get_weather", "arguments": {"ci', False, ("get_weather", '{"ci')),
+    ('[{"name": "get_time", "arguments": ', True, ("get_time", "")),
+    ('{"name": "get_w', False, ("get_weather", "")),  # cut inside the name: the one tool it fits
+    ('{"name": "get_', False, None),  # fits both tools: no call can be named
+    ("", False, None),
+    ('[{"name": "get_time", "arguments": {"tz": "UTC"}}, {"name": "get_weather", "arg', True, ("get_time", '{"tz":"UTC"}')),
+])
+def test_required_output_cut_short_is_read_as_calls(text: str, parallel: bool, expected: tuple | None) -> None:
+    from engine.serving.output import parse_tool_calls
+    from engine.serving.params import ToolCallMode
+
+    calls = parse_tool_calls(ToolCallMode("required", None, parallel, ("get_weather", "get_time")), text)
+    if expected is None:
+        assert calls is None
+    else:
+        assert calls is not None and len(calls) == 1
+        assert (calls[0]["function"]["name"], calls[0]["function"]["arguments"]) == expected
