@@ -40,9 +40,14 @@ class OpsConfig:
     port: int | None = None
 
 
+def default_data_dir() -> Path:
+    """The running user's data dir, as of the policy's load (not of this module's import)."""
+    return Path("~/.local/share/llm-gateway").expanduser()
+
+
 @dataclass(slots=True)
 class ServerConfig:
-    data_dir: Path = Path("~/.local/share/llm-gateway").expanduser()
+    data_dir: Path = field(default_factory=default_data_dir)
     max_body_bytes: int = 10 * 1024 * 1024
     admin_keys: list[str] = field(default_factory=list)
     max_header_bytes: int = 8190  # one request line or header line; longer ones get a 400 envelope
