@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 
 GRAMMAR_CACHE_SIZE = 128  # distinct compiled specs kept per engine
 GUIDED_KINDS = ("json_schema", "json_object", "regex", "choice")
+# Bounds on what is compiled. xgrammar's compile time grows much faster than a spec's size (an enum of 10,000
+# values: 0.8 s, 40,000: 3 s, 100,000: 44 s; a pattern `[a-z]{0,4000}`: 0.8 s; `([a-z]{0,2}){0,100}`: 21 s),
+# and a compile cannot be stopped once begun, so specs past these are refused before it.
+MAX_GRAMMAR_BYTES = 64 * 1024  # the spec's JSON (schema, regex or choices)
+MAX_ENUM_VALUES = 1000  # enum and const values in a schema, or choices (OpenAI's limit for a schema's enums)
+MAX_REPEAT = 1000  # the largest count of a regex's {n,m}
+_REPEAT = re.compile(r"\{(\d+)(,(\d*))?\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,104 @@ class GuidedSpec:
 
 class UnsupportedGrammarError(ValueError):
     """The grammar library cannot compile this spec (a schema feature it lacks, a bad regex)."""
+
+
+class GrammarTooLargeError(UnsupportedGrammarError):
+    """The spec is past a bound on what is compiled (MAX_GRAMMAR_BYTES, MAX_ENUM_VALUES, MAX_REPEAT)."""
+
+
+def check_grammar_size(spec: GuidedSpec) -> None:
+    """GrammarTooLargeError when compiling `spec` could take seconds or more; cheap next to any compile."""
+    if len(spec.payload) > MAX_GRAMMAR_BYTES:
+        raise GrammarTooLargeError(f"the spec is {len(spec.payload):,} bytes; at most {MAX_GRAMMAR_BYTES:,} are "
+                                   "compiled")
+    if spec.kind == "regex":
+        check_regex(spec.payload)
+    elif spec.kind == "choice":
+        _check_values(len(orjson.loads(spec.payload)))
+    elif spec.kind == "json_schema":
+        values, patterns = _schema_load(orjson.loads(spec.payload))
+        _check_values(values)
+        for pattern in patterns:
+            check_regex(pattern)
+
+
+def _check_values(n: int) -> None:
+    if n > MAX_ENUM_VALUES:
+        raise GrammarTooLargeError(f"{n:,} enum, const or choice values; at most {MAX_ENUM_VALUES:,} are compiled")
+
+
+def _schema_load(schema: Any) -> tuple[int, list[str]]:
+    """The enum and const values in a schema, and its string patterns (walked without recursion)."""
+    values, patterns, stack = 0, [], [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        enum = node.get("enum")
+        values += len(enum) if isinstance(enum, list) else "const" in node
+        if isinstance(node.get("pattern"), str):
+            patterns.append(node["pattern"])
+        if isinstance(node.get("patternProperties"), dict):
+            patterns.extend(node["patternProperties"])
+        # A property may be named "enum": only an enum's list of values is left unwalked.
+        stack.extend(v for k, v in node.items() if isinstance(v, dict | list) and not (k == "enum" and isinstance(v, list)))
+    return values, patterns
+
+
+def check_regex(pattern: str) -> None:
+    """Counts above MAX_REPEAT, and a counted repetition of a group holding a count range (`(a{0,2}){0,100}`,
+    ambiguous and slow to compile whatever its counts), are refused."""
+    open_groups: list[bool] = []  # per open group: holds a count range
+    closed: bool | None = None  # the group just closed, if the last token closed one: did it hold a range?
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        after_group, closed = closed, None
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(pattern, i)
+            continue
+        if c == "(":
+            open_groups.append(False)
+        elif c == ")" and open_groups:
+            closed = open_groups.pop()
+            if closed and open_groups:
+                open_groups[-1] = True
+        elif c == "{" and (m := _REPEAT.match(pattern, i)):
+            is_range = _check_count(m)
+            if after_group:
+                raise GrammarTooLargeError(f"a counted repetition of a group holding a count range ({pattern[:60]!r})")
+            if is_range and open_groups:
+                open_groups[-1] = True
+            i = m.end()
+            continue
+        i += 1
+
+
+def _check_count(m: re.Match[str]) -> bool:
+    """Whether a `{n}` / `{n,}` / `{n,m}` is a range; GrammarTooLargeError past MAX_REPEAT."""
+    low, comma, high = m.group(1), m.group(2), m.group(3)
+    if max(int(low), int(high or 0)) > MAX_REPEAT:
+        raise GrammarTooLargeError(f"the regex count {m.group(0)} is over {MAX_REPEAT:,}")
+    return comma is not None and high != low
+
+
+def _class_end(pattern: str, i: int) -> int:
+    """The index after the character class that starts at `i` (escapes and a leading ] inside it)."""
+    j = i + 1
+    if pattern[j:j + 1] == "^":
+        j += 1
+    if pattern[j:j + 1] == "]":
+        j += 1
+    while j < len(pattern) and pattern[j] != "]":
+        j += 2 if pattern[j] == "\\" else 1
+    return j + 1
 
 
 def _token_bytes(tokenizer: Tokenizer) -> list[bytes]:
@@ -100,6 +205,7 @@ class GrammarRuntime:
             if hit is not None:
                 self._cache.move_to_end(spec)
                 return hit
+        check_grammar_size(spec)
         compiled = self._compile(spec)
         with self._lock:
             self.compilations += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +97,31 @@ def _handle_error(
         return _aiohttp_handle_error(self, request, status, exc, message)
     if request.writer.output_size > 0:
         raise ConnectionError("a response was already sent; cannot send the error")
-    too_long = isinstance(exc, LineTooLong) or "Too many headers" in str(exc)
-    log.info("refused a malformed HTTP request from %s: %s", request.remote, exc)
-    err = GatewayError(status, f"Bad HTTP request: {getattr(exc, 'message', None) or message or exc}",
-                       "invalid_request_error", "headers_too_large" if too_long else "bad_http_request")
+    reason, too_long = _refusal_reason(exc, message)
+    log.info("refused a malformed HTTP request from %s: %s", request.remote, reason)
+    err = GatewayError(status, f"Bad HTTP request: {reason}.", "invalid_request_error",
+                       "headers_too_large" if too_long else "bad_http_request")
     app[GATEWAY].metrics.observe_request("none", "none", str(status), 0.0)
     response = err.response()
     response.force_close()
     return response
+
+
+# The parsers quote the offending bytes in their messages (a whole header line: an Authorization key, a cookie):
+# only the plain-words reason before any quote, colon or newline is kept for the log and the answer.
+_REASON_END = re.compile(r"[:'\"\n(]")
+_PLAIN_REASON = re.compile(r"[A-Za-z][A-Za-z /-]{2,79}")
+
+
+def _refusal_reason(exc: BaseException | None, message: str | None) -> tuple[str, bool]:
+    """What may be said about a refused request, and whether its headers were over a size limit."""
+    if isinstance(exc, LineTooLong):
+        return "a request line or header line is over the size limit", True
+    text = str(getattr(exc, "message", None) or message or "")
+    if "Too many headers" in text:
+        return "too many header lines", True
+    reason = _REASON_END.split(text, maxsplit=1)[0].strip()
+    return (reason if _PLAIN_REASON.fullmatch(reason) else "malformed request line or headers"), False
 
 
 RequestHandler.handle_error = _handle_error  # type: ignore[method-assign]

@@ -41,7 +41,8 @@ class EmbeddedRedis:
         return f"unix://{self.socket_path}"
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_own(self.dir)
         if self.socket_path.exists() and _pings(self.socket_path):
             log.info("embedded redis already running at %s; using it", self.socket_path)
             return self
@@ -74,6 +75,14 @@ class EmbeddedRedis:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
+
+
+def _check_own(path: Path) -> None:
+    """A Redis found in another user's dir holds their cache (tenants' prompts and answers): never shared."""
+    owner = path.stat().st_uid
+    if owner != os.getuid():
+        raise RuntimeError(f"{path} belongs to another user (uid {owner}); point LLM_GATEWAY_DATA (or the policy's "
+                           "server.data_dir) at a directory of your own")
 
 
 def _pings(path: Path) -> bool:

@@ -15,10 +15,11 @@ from aiohttp import web
 
 from gateway.appkeys import EXCHANGE, GATEWAY
 from gateway.backends.base import STREAMED, WHOLE, BackendError
+from gateway.config.schema import ServerConfig
 from gateway.errors import GatewayError, bad_request
 from gateway.gateway import Gateway
 from gateway.pipeline import CHAT, COMPLETIONS, EMBEDDINGS, CacheControl, Endpoint, RequestContext, Stage
-from gateway.request_checks import check_depth, check_embeddings, check_generation
+from gateway.request_checks import check_depth, check_embeddings, check_generation, check_length
 from gateway.state import Snapshot
 from gateway.streaming import DONE_EVENT, CoalescingWriter, StreamAssembler, completion_to_chunks, sse_event
 
@@ -154,7 +155,9 @@ class AiohttpExchange(Exchange):
 # ---- request preparation -------------------------------------------------------------------------------------
 
 
-async def read_json(ex: Exchange, max_bytes: int) -> dict:
+async def read_json(ex: Exchange, server: ServerConfig, param: str) -> dict:
+    """The body as a JSON object within the server's limits on its size and on the length of `param`."""
+    max_bytes = server.max_body_bytes
     if ex.content_length is not None and ex.content_length > max_bytes:
         raise GatewayError(413, f"Request body of {ex.content_length} bytes is over the limit of {max_bytes} bytes.",
                            "invalid_request_error", "request_too_large")
@@ -168,6 +171,7 @@ async def read_json(ex: Exchange, max_bytes: int) -> dict:
         raise bad_request(f"We could not parse the JSON body of your request: {e}.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    check_length(body, param, server.max_messages)
     check_depth(raw, body)
     return body
 
@@ -212,7 +216,7 @@ async def prepare(ex: Exchange, endpoint: Endpoint) -> tuple[Gateway, Snapshot, 
     snap = gw.snapshot
     headers = ex.headers
     tenant = snap.auth.tenant_for(headers.get("Authorization"))
-    body = await read_json(ex, snap.policy.server.max_body_bytes)
+    body = await read_json(ex, snap.policy.server, ENDPOINT_PARAMS[endpoint])
     model, stream, include_usage = validate_body(body, endpoint)
     route = snap.policy.route_for(model)
     if route is None:

@@ -34,6 +34,17 @@ def check_depth(raw: bytes, body: Any, limit: int = MAX_JSON_DEPTH) -> None:
             stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
 
 
+def check_length(body: dict, param: str, limit: int) -> None:
+    """400 (OpenAI's `array_above_max_length`) when `param`, the messages or a batch of prompts or inputs, has
+    more than `limit` items (`server.max_messages`). Cache keys, the depth check and token counts each take a step
+    per item on the event loop, so this runs before any of them. A list of token ids is one prompt, not a batch."""
+    items = body.get(param)
+    if not isinstance(items, list) or len(items) <= limit or (param != "messages" and _is_int(items[0])):
+        return
+    raise bad_request(f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, but got "
+                      f"an array with length {len(items)} instead.", param, "array_above_max_length")
+
+
 def _type_error(param: str, expected: str) -> GatewayError:
     return bad_request(f"Invalid type for '{param}': expected {expected}.", param, "invalid_type")
 

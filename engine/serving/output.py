@@ -5,7 +5,7 @@ its arguments, streamed as argument deltas behind a first delta with the call's 
 output ({"name", "arguments"} or an array of them) is read when the choice ends, then sent as one delta.
 A grammar-complete call finishes with "tool_calls"; one cut by max_tokens keeps "length" (a named call's
 arguments are then the partial JSON text; a cut array of parallel calls keeps its whole calls; a `required`
-output with no whole call comes back as content).
+output cut before its first call is whole gives that call with its partial arguments, as a named one does).
 
 With `tool_choice: "auto"` the output is free: `<tool_call>{"name", "arguments"}</tool_call>` blocks (the
 format the text rendering of tools asks for, and Qwen/Hermes templates' own) naming given tools become
@@ -77,7 +77,8 @@ def new_call_id() -> str:
 
 
 def parse_tool_calls(mode: ToolCallMode, text: str) -> list[dict] | None:
-    """The OpenAI tool_calls in a forced call's output, or None when it is not a complete call."""
+    """The OpenAI tool_calls in a forced call's output (cut short: its whole calls, else the first one with its
+    partial arguments), or None when not even the first call's name is known."""
     if mode.kind == "named":
         return [_call(mode.name or "", text)]
     try:
@@ -85,11 +86,29 @@ def parse_tool_calls(mode: ToolCallMode, text: str) -> list[dict] | None:
     except orjson.JSONDecodeError:
         parsed = _complete_items(text) if mode.parallel else None
         if not parsed:
-            return None
+            partial = _partial_call(text, mode.names)
+            return None if partial is None else [partial]
     items = parsed if isinstance(parsed, list) else [parsed]
     if not items or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in items):
         return None
     return [_call(c["name"], orjson.dumps(c.get("arguments", {})).decode()) for c in items]
+
+
+# The head of a `required` output's first call as its grammar writes it ({"name": ..., "arguments": ...}, in
+# that order), cut anywhere: the name (maybe cut), whether it closed, and where the arguments begin.
+_CALL_HEAD = re.compile(r'\s*\[?\s*\{\s*"name"\s*:\s*"(?P<name>[^"\\]*)(?P<closed>")?(?P<args>\s*,\s*"arguments"\s*:\s*)?')
+
+
+def _partial_call(text: str, names: tuple[str, ...]) -> dict | None:
+    """The first call of a `required` output cut before it was whole, with its arguments' JSON so far; named by
+    the one tool its name (or the part of it written) fits, else None."""
+    m = _CALL_HEAD.match(text)
+    written, closed = (m["name"], bool(m["closed"])) if m else ("", False)
+    fits = [n for n in names if n == written or not closed and n.startswith(written)]
+    if len(fits) != 1:
+        return None
+    arguments = text[m.end():] if m and m["args"] else ""
+    return _call(fits[0], arguments)
 
 
 def _complete_items(text: str) -> list:
@@ -232,10 +251,8 @@ class ResponseBuilder:
                 if logprobs else None
         full = "".join(choice.text)
         calls = parse_tool_calls(mode, full)
-        if calls is None:
-            return self._envelope([{"index": index, "delta": {"content": full}, "logprobs": lp,
-                                    "finish_reason": finish}])
-        delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}
+        # Cut before even a name: nothing to say (the grammar's JSON is not the client's content).
+        delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls is not None else {}
         return self._envelope([{"index": index, "delta": delta, "logprobs": lp, "finish_reason": _tool_finish(finish)}])
 
     # --- stream chunks ----------------------------------------------------------------------------------
@@ -294,8 +311,9 @@ class ResponseBuilder:
                         finish = _tool_finish(finish)
                 elif mode is not None:
                     calls = parse_tool_calls(mode, text)
+                    message = {"role": "assistant", "content": None}  # never the grammar's JSON as content
                     if calls is not None:
-                        message = {"role": "assistant", "content": None, "tool_calls": calls}
+                        message["tool_calls"] = calls
                         finish = _tool_finish(finish)
                 choices.append({"index": index, "message": message, "logprobs": lp, "finish_reason": finish})
             else:

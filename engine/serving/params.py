@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from engine.chat_template import ChatTemplateError
-from engine.guided import GuidedSpec
+from engine.guided import GrammarTooLargeError, GuidedSpec
 from engine.serving.errors import EngineRequestError, bad_request
 
 if TYPE_CHECKING:
@@ -46,9 +46,9 @@ class PreparedRequest:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallMode:
-    """`named`: the output is that function's arguments; `required`: a {"name", "arguments"} object, or with
-    `parallel` a non-empty array of them; `auto`: free output, whose `<tool_call>` blocks naming one of
-    `names` are read back as calls."""
+    """`named`: the output is that function's arguments; `required`: a {"name", "arguments"} object for one of
+    `names`, or with `parallel` a non-empty array of them; `auto`: free output, whose `<tool_call>` blocks
+    naming one of `names` are read back as calls."""
 
     kind: str  # "named" | "required" | "auto"
     name: str | None
@@ -231,7 +231,7 @@ def _tool_choice(body: dict, tools: list[dict] | None) -> tuple[GuidedSpec, Tool
         fns = [t["function"] for t in tools]
         one = _call_schema(fns[0]) if len(fns) == 1 else {"anyOf": [_call_schema(f) for f in fns]}
         schema = {"type": "array", "items": one, "minItems": 1} if parallel else one
-        return GuidedSpec.json_schema(schema), ToolCallMode("required", None, parallel)
+        return GuidedSpec.json_schema(schema), ToolCallMode("required", None, parallel, tuple(f["name"] for f in fns))
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
         fn = next((t["function"] for t in tools or () if t["function"]["name"] == name), None)
@@ -249,8 +249,8 @@ def _check_grammar(spec: GuidedSpec, param: str, check: GrammarCheck | None) -> 
     try:
         check(spec)
     except ValueError as e:
-        raise bad_request(f"'{param}' cannot be used for constrained decoding: {e}", param,
-                          "unsupported_parameter") from e
+        code = "grammar_too_large" if isinstance(e, GrammarTooLargeError) else "unsupported_parameter"
+        raise bad_request(f"'{param}' cannot be used for constrained decoding: {e}", param, code) from e
 
 
 def check_model(body: dict, served: str) -> str:

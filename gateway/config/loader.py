@@ -34,6 +34,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 REDIS_MODES = ("auto", "single", "cluster")  # auto: the seed node's `INFO cluster` decides
 SERVER_KEYS = (
     "data_dir", "max_body_bytes", "admin_keys", "max_header_bytes", "max_headers", "header_timeout_s", "ops",
+    "max_messages",
 )
 OPS_KEYS = ("auth", "keys", "host", "port")
 OPS_AUTH = ("open", "admin", "key")
@@ -151,6 +152,7 @@ def _server(raw: Any, check: Checker, base_dir: Path | None) -> ServerConfig:
     cfg.max_headers = check.get_int(m, "max_headers", "server", cfg.max_headers, minimum=8) or cfg.max_headers
     cfg.header_timeout_s = check.get_number(m, "header_timeout_s", "server", cfg.header_timeout_s, minimum=0,
                                             exclusive=True) or cfg.header_timeout_s
+    cfg.max_messages = check.get_int(m, "max_messages", "server", cfg.max_messages, minimum=1) or cfg.max_messages
     cfg.ops = _ops(m.get("ops"), cfg.admin_keys, check)
     return cfg
 

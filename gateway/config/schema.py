@@ -40,14 +40,22 @@ class OpsConfig:
     port: int | None = None
 
 
+def default_data_dir() -> Path:
+    """The running user's data dir, as of the policy's load (not of this module's import)."""
+    return Path("~/.local/share/llm-gateway").expanduser()
+
+
 @dataclass(slots=True)
 class ServerConfig:
-    data_dir: Path = Path("~/.local/share/llm-gateway").expanduser()
+    data_dir: Path = field(default_factory=default_data_dir)
     max_body_bytes: int = 10 * 1024 * 1024
     admin_keys: list[str] = field(default_factory=list)
     max_header_bytes: int = 8190  # one request line or header line; longer ones get a 400 envelope
     max_headers: int = 64  # header lines per request: with max_header_bytes it bounds the total header size
     header_timeout_s: float = 15.0  # a connection idle this long, or still sending its headers, is closed
+    # Messages of a chat request (prompts or inputs of a batched completions or embeddings request): every stage
+    # walks them on the event loop, so their count bounds how long one request can hold it. More: a 400.
+    max_messages: int = 2048
     ops: OpsConfig = field(default_factory=OpsConfig)
 
 

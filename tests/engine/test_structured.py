@@ -203,3 +203,96 @@ def test_refusals_are_400(client: openai.OpenAI) -> None:
     assert body["code"] == "unsupported_parameter"
     body = _err(lambda: chat(model=MODEL, messages=ASK_WEATHER, tools=[{"type": "function", "function": {}}]))
     assert body["param"] == "tools[0].function.name"
+
+
+def test_grammars_too_large_to_compile_quickly_are_400_before_compiling(client: openai.OpenAI, monkeypatch) -> None:
+    """A 100,000-value enum once held a compile for 44 s; these are refused by size, never compiled."""
+    from engine.guided import GrammarRuntime
+
+    compiled: list[str] = []
+    real = GrammarRuntime._compile
+    monkeypatch.setattr(GrammarRuntime, "_compile", lambda self, spec: compiled.append(spec.payload) or real(self, spec))
+    chat = client.chat.completions.create
+    huge_enum = {"type": "string", "enum": [f"value-{i}" for i in range(100_000)]}
+    nested = {"type": "object", "properties": {"code": {"type": "string", "pattern": "([a-z]{0,2}){0,100}"}}}
+    cases = [
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "e", "schema": huge_enum}}},
+         "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": nested}}},
+         "response_format"),
+        ({"extra_body": {"guided_regex": "[a-z]{0,5000}"}}, "guided_regex"),
+        ({"extra_body": {"guided_choice": [f"c{i}" for i in range(1001)]}}, "guided_choice"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"x": huge_enum}}}}], "tool_choice": "required"}, "tools"),
+    ]
+    for kw, param in cases:
+        body = _err(lambda kw=kw: chat(model=MODEL, messages=ASK_WEATHER, max_tokens=4, **kw))  # type: ignore[misc]
+        assert (body["param"], body["code"], body["type"]) == (param, "grammar_too_large", "invalid_request_error")
+    assert compiled == []
+    # Just inside the bounds is compiled and served.
+    at_limit = {"type": "string", "enum": [f"v{i}" for i in range(1000)]}
+    r = chat(model=MODEL, messages=ASK_WEATHER, max_tokens=4, temperature=0,
+             response_format={"type": "json_schema", "json_schema": {"name": "ok", "schema": at_limit}})
+    assert r.choices[0].finish_reason in ("stop", "length") and len(compiled) == 1
+
+
+@pytest.mark.parametrize(("pattern", "refused"), [
+    (r"([a-z]{0,30}){0,30}", True), (r"(([a-z]{0,4}){0,4}){0,4}", True), (r"((a{1,3})b){2}", True),
+    (r"[a-z]{0,1001}", True), (r"a{2000,}", True),
+    (r"[a-z]{0,1000}", False), (r"([a-z]+){0,300}", False), (r"([a-z]{3}){0,300}", False), (r"(ab){0,1000}", False),
+    (r"(x(a{1,}))b{0,3}", False), (r"[(]{0,5}\){2}", False), (r"\([a-z]{0,3}\){4}", False), (r" [12][0-9]{3}", False),
+])
+def test_regex_bounds(pattern: str, refused: bool) -> None:
+    from engine.guided import GrammarTooLargeError, check_regex
+
+    if refused:
+        with pytest.raises(GrammarTooLargeError):
+            check_regex(pattern)
+    else:
+        check_regex(pattern)
+
+
+@pytest.mark.parametrize(("stream", "parallel", "tools"), [
+    (False, False, TOOLS), (True, False, TOOLS), (False, True, TOOLS), (True, True, TOOLS[:1]),
+])
+def test_required_call_cut_before_it_is_whole_comes_back_in_tool_calls(
+    client: openai.OpenAI, stream: bool, parallel: bool, tools: list,
+) -> None:
+    """As a named call cut by max_tokens does: the partial call in tool_calls, never the grammar's raw JSON as
+    content."""
+    kw = {"model": MODEL, "messages": ASK_WEATHER, "tools": tools, "tool_choice": "required", "temperature": 0,
+          "max_tokens": 18, "parallel_tool_calls": parallel}  # the name is whole, the arguments are not
+    if stream:
+        content, calls, finish = streamed(client, **kw)
+    else:
+        r = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+        msg, finish = r.choices[0].message, r.choices[0].finish_reason
+        content = msg.content or ""
+        calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                 for c in msg.tool_calls or ()]
+    assert finish == "length" and content == ""
+    assert len(calls) == 1 and calls[0]["name"] == "get_weather" and calls[0]["id"].startswith("call_")
+    arguments = calls[0]["arguments"]
+    assert arguments.startswith("{") and '"name"' not in arguments
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(arguments)  # cut: a JSON prefix, as a named call's arguments are
+
+
+@pytest.mark.parametrize(("text", "parallel", "expected"), [
+    ('{"name": "get_weather", "arguments": {"ci', False, ("get_weather", '{"ci')),
+    ('[{"name": "get_time", "arguments": ', True, ("get_time", "")),
+    ('{"name": "get_w', False, ("get_weather", "")),  # cut inside the name: the one tool it fits
+    ('{"name": "get_', False, None),  # fits both tools: no call can be named
+    ("", False, None),
+    ('[{"name": "get_time", "arguments": {"tz": "UTC"}}, {"name": "get_weather", "arg', True, ("get_time", '{"tz":"UTC"}')),
+])
+def test_required_output_cut_short_is_read_as_calls(text: str, parallel: bool, expected: tuple | None) -> None:
+    from engine.serving.output import parse_tool_calls
+    from engine.serving.params import ToolCallMode
+
+    calls = parse_tool_calls(ToolCallMode("required", None, parallel, ("get_weather", "get_time")), text)
+    if expected is None:
+        assert calls is None
+    else:
+        assert calls is not None and len(calls) == 1
+        assert (calls[0]["function"]["name"], calls[0]["function"]["arguments"]) == expected

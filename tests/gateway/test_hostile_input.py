@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 import openai
@@ -11,6 +13,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from gateway.appkeys import GATEWAY
+from gateway.config.loader import PolicyErrors, parse_policy
 from gateway.request_checks import MAX_JSON_DEPTH
 from tests.fakes.openai_server import sse
 from tests.helpers import CHAT, ServerThread, route, sdk_client, upstream_policy
@@ -259,3 +263,48 @@ def test_idle_keep_alive_connections_close_after_their_last_answer(fake_openai, 
             assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
             time.sleep(0.15)
         assert s.recv(1024) == b""  # idle: closed by the server, with no response
+
+
+def test_too_many_messages_is_a_400_before_any_stage_walks_them(gw, monkeypatch) -> None:
+    """100,000 messages (2.4 MB) once held the event loop for a second in cache keys and token counts."""
+    fake, srv = gw
+    gateway = srv.app[GATEWAY]
+    entered: list[str] = []
+    for stage in gateway.stages:
+        monkeypatch.setattr(stage, "before", _spy(stage.before, entered))
+    many = [{"role": "user", "content": f"m{i}"} for i in range(100_000)]
+    for model in ("cached", "budgeted"):
+        err = assert_envelope(httpx.post(srv.url + CHAT, json={"model": model, "messages": many}), 400,
+                              "array_above_max_length")
+        assert err["param"] == "messages" and "maximum length 2048" in err["message"], err
+    batches = (("/v1/completions", "prompt", ["p"] * 2049), ("/v1/embeddings", "input", ["i"] * 2049))
+    for path, param, items in batches:
+        err = assert_envelope(httpx.post(srv.url + path, json={"model": "fake-model", param: items}), 400,
+                              "array_above_max_length")
+        assert err["param"] == param
+    assert entered == [] and fake.request_count == 0
+    assert httpx.get(srv.url + "/health").status_code == 200
+    # At the limit it is served; a long list of token ids is one prompt, not a batch.
+    assert httpx.post(srv.url + CHAT, json={"model": "cached", "messages": many[:2048]}).status_code == 200
+    assert entered and fake.request_count == 1
+    tokens = {"model": "fake-model", "prompt": list(range(3000)), "max_tokens": 1}
+    assert httpx.post(srv.url + "/v1/completions", json=tokens).status_code == 200
+
+
+def _spy(before: Callable[[Any], Awaitable[Any]], entered: list[str]) -> Callable[[Any], Awaitable[Any]]:
+    async def spy(ctx: Any) -> Any:
+        entered.append(ctx.request_id)
+        return await before(ctx)
+    return spy
+
+
+def test_max_messages_comes_from_the_policy(fake_openai, serve_gateway, tmp_path) -> None:
+    _, up = fake_openai
+    srv = serve_gateway(policy(up.url, f"server: {{data_dir: '{tmp_path}', max_messages: 3}}"))
+    messages = [{"role": "user", "content": "x"}] * 4
+    err = assert_envelope(httpx.post(srv.url + CHAT, json={"model": "fake-model", "messages": messages}), 400,
+                          "array_above_max_length")
+    assert "maximum length 3," in err["message"]
+    assert httpx.post(srv.url + CHAT, json={"model": "fake-model", "messages": messages[:3]}).status_code == 200
+    with pytest.raises(PolicyErrors, match=r"server\.max_messages"):
+        parse_policy(policy(up.url, "server: {max_messages: 0}"), "p.yaml")
