@@ -8,6 +8,7 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -501,6 +502,23 @@ async def admin_usage(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     gw.snapshot.auth.check_admin(request.headers.get("Authorization"))
     return json_response(await usage_report(gw.accounting.store, request.query))
+
+
+UI_DIR = Path(__file__).with_name("ui")
+UI_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+# The page loads only its own files and calls only this origin: no CDN, nothing inline to inject into.
+UI_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:", "Cache-Control": "no-cache",
+              "X-Content-Type-Options": "nosniff"}
+
+
+async def ui_file(request: web.Request) -> web.Response:
+    """`GET /ui` and its static files. The shell carries no data: every figure comes from /admin/usage and
+    /metrics, which the page calls with the admin key the operator gives it."""
+    name = request.match_info.get("name") or "index.html"
+    if name not in UI_FILES:
+        raise GatewayError(404, f"No UI file {name!r}.", "invalid_request_error", "not_found")
+    body = await asyncio.to_thread((UI_DIR / name).read_bytes)
+    return web.Response(body=body, content_type=UI_FILES[name], charset="utf-8", headers=UI_HEADERS)
 
 
 # ---- the envelope: request id, errors as OpenAI's envelope, metrics --------------------------------------------
