@@ -44,6 +44,9 @@ def create_app(policy: Policy, *, redis_url: str | None = None, policy_path: str
         _add_ops_routes(app)
     app.router.add_delete("/admin/cache", handlers.admin_cache_purge)
     app.router.add_get("/admin/cache/stats", handlers.admin_cache_stats)
+    app.router.add_get("/admin/usage", handlers.admin_usage)
+    app.router.add_get("/ui", handlers.ui_file)
+    app.router.add_get("/ui/{name}", handlers.ui_file)
 
     async def lifecycle(app: web.Application):
         await gateway.start()

@@ -24,6 +24,7 @@ from gateway.pipeline import Endpoint, RequestContext, Resources, Stage
 from gateway.redis_client import create_redis
 from gateway.routing.balancer import Router
 from gateway.state import Backends, Snapshot
+from gateway.usage.accounting import Accounting
 
 if TYPE_CHECKING:
     from gateway.cache.stage import CacheStage
@@ -48,6 +49,7 @@ class Gateway:
         self.redis: aioredis.Redis
         self.http: aiohttp.ClientSession
         self.limiter: RateLimiter
+        self.accounting: Accounting
         self.snapshot: Snapshot
         self.cache: CacheStage
         self.context: ContextStage
@@ -79,6 +81,7 @@ class Gateway:
     async def _build(self, policy: Policy, timeout_s: float) -> None:
         # Limits get a wider budget than cache lookups: failing open there lets traffic past a tenant's limit.
         self.limiter = RateLimiter(self.redis, self.metrics, max(timeout_s * 10, 0.05))
+        self.accounting = Accounting(self.redis, self.metrics, max(timeout_s * 10, 0.05))
         try:
             await asyncio.wait_for(self.redis.ping(), 2.0)  # open a connection now, not on the first request
         except Exception as e:  # Redis is optional for serving: log it and go on; the client reconnects later
@@ -88,6 +91,8 @@ class Gateway:
         backends, _ = await Backends.build(policy, self.metrics)
         self.snapshot = Snapshot(policy, Authenticator(policy), backends)
         self.metrics.prepare(policy)
+        self.accounting.prepare(policy)
+        self.accounting.store.start()
         self.router.prepare(policy, backends)
         if self.snapshot.auth.open:
             log.warning("no API keys configured: the gateway is open and serves everyone as tenant 'default'%s",
@@ -127,6 +132,8 @@ class Gateway:
                 await self.snapshot.backends.close()
             if "http" in built:
                 await self.http.close()
+            if "accounting" in built:
+                await self.accounting.store.close()  # the last pending totals, while Redis is still open
         finally:  # whatever failed above, Redis's connections and the cluster client's tasks end
             if "redis" in built:
                 await self.redis.aclose()
@@ -142,6 +149,7 @@ class Gateway:
         backends, retired = await Backends.build(policy, self.metrics, reuse=self.snapshot.backends)
         self.snapshot = Snapshot(policy, auth, backends)
         self.metrics.prepare(policy)
+        self.accounting.prepare(policy)
         self.router.prepare(policy, backends)
         self._models = (0.0, [])
         if retired:

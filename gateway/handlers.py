@@ -8,6 +8,7 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,6 +23,8 @@ from gateway.pipeline import CHAT, COMPLETIONS, EMBEDDINGS, CacheControl, Endpoi
 from gateway.request_checks import check_depth, check_embeddings, check_generation, check_length
 from gateway.state import Snapshot
 from gateway.streaming import DONE_EVENT, CoalescingWriter, StreamAssembler, completion_to_chunks, sse_event
+from gateway.usage import ledger as usage_ledger
+from gateway.usage.report import usage_report
 
 log = logging.getLogger("gateway")
 
@@ -225,12 +228,15 @@ async def prepare(ex: Exchange, endpoint: Endpoint) -> tuple[Gateway, Snapshot, 
     ex.route = route.name
     if tenant.limits.rpm or tenant.limits.tpm:  # an open tenant has nothing to check, nor to await
         await gw.limiter.admit(tenant)
+    if tenant.limits.has_budget:
+        await gw.accounting.budgets.admit(tenant, time.time())
     ctx = RequestContext(
         request_id=ex.request_id, endpoint=endpoint, body=body, forward_body=body, model=model,
         stream=stream, include_usage=include_usage, tenant=tenant, route=route, policy=snap.policy,
         headers=headers, cache_control=CacheControl.parse(headers.get("Cache-Control")),
         response_headers={"X-Request-Id": ex.request_id},  # streams send headers before the envelope
     )
+    usage_ledger.current.set(ctx.ledger)  # for the judge, which has no ctx; this request's task owns the context
     return gw, snap, ctx
 
 
@@ -269,8 +275,10 @@ async def generate(ex: Exchange, endpoint: Endpoint) -> None:
         # The answer came: its tokens are spent, whatever happens before it goes out. A client that hangs up
         # now cancels this task in the cache's store or in the charge itself; either way it is charged (the
         # charge is shielded), or a tenant could spend past its TPM limit through requests it abandons.
+        gw.accounting.settle_upstream(ctx, usage, completion.get("model"))
         if ctx.tenant.limits.tpm:
             await gw.charge(ctx, usage)
+        await _charge_budget(gw, ctx)
     ctx.response_headers["X-Backend"] = ex.backend = name
     ex.reply(200, orjson.dumps(completion), ctx.response_headers)
     # Counted once the answer is on its way (the client does not wait on the metrics' locks), with no await
@@ -279,7 +287,15 @@ async def generate(ex: Exchange, endpoint: Endpoint) -> None:
     gw.count_tokens(usage)
 
 
+async def _charge_budget(gw: Gateway, ctx: RequestContext) -> None:
+    """The request's dollars against its tenant's budgets; shielded: a client gone has spent them all the same."""
+    if ctx.tenant.limits.has_budget:
+        await asyncio.shield(gw.accounting.charge(ctx))
+
+
 async def _answer_from_cache(ex: Exchange, ctx: RequestContext, hit: dict) -> None:
+    ex.gateway.accounting.settle_hit(ctx, hit)  # before the headers go out: X-Cost-USD is one of them
+    await _charge_budget(ex.gateway, ctx)  # a judge's yes cost money even though the answer was cached
     ctx.response_headers["X-Backend"] = ex.backend = "cache"
     if not ctx.stream:
         return ex.reply(200, orjson.dumps(hit), ctx.response_headers)
@@ -345,17 +361,21 @@ async def _relay_stream(
             # below must not charge an estimate on top.
             charged = True
             usage = completion.get("usage")
+            gw.accounting.settle_upstream(ctx, usage or estimated_usage(ctx, assembler.chunks), completion.get("model"))
             if usage:
                 await gw.charge(ctx, usage)
             elif ctx.tenant.limits.tpm:  # an upstream that ignores stream_options.include_usage
                 await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
+            await _charge_budget(gw, ctx)
             await out.close(DONE_EVENT)
     finally:
         if name is not None and not charged:
             # Cut upstream, or a client that hung up: the stream ended before its usage chunk. Charge the
             # tenant's TPM an estimate, or a tenant could generate without limit through streams that end
-            # early. Shielded: a client that hangs up cancels this task.
+            # early. Shielded: a client that hangs up cancels this task. Its dollars are an estimate too.
+            gw.accounting.settle_upstream(ctx, estimated_usage(ctx, assembler.chunks))
             await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
+            await _charge_budget(gw, ctx)
     completion = assembler.result()
     usage = completion.get("usage")
     if ttft is not None:
@@ -367,11 +387,15 @@ async def _relay_stream(
     gw.count_tokens(usage)
 
 
-def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
-    """Prompt and completion tokens of a stream without usage: ~4 bytes of prompt JSON per token, one token
-    per content chunk."""
+def estimated_usage(ctx: RequestContext, chunks: int) -> dict[str, int]:
+    """The usage of a stream without one: ~4 bytes of prompt JSON per token, one token per content chunk."""
     prompt = ctx.forward_body.get("messages") or ctx.forward_body.get("prompt") or ""
-    return len(orjson.dumps(prompt)) // 4 + chunks
+    return {"prompt_tokens": len(orjson.dumps(prompt)) // 4, "completion_tokens": chunks}
+
+
+def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
+    """Prompt and completion tokens of a stream without usage (see `estimated_usage`)."""
+    return sum(estimated_usage(ctx, chunks).values())
 
 
 async def embed(ex: Exchange) -> None:
@@ -381,9 +405,11 @@ async def embed(ex: Exchange) -> None:
     result, name = await gw.router.call(route, snap.backends, lambda b: call(b, ctx.forward_body, route.timeouts),
                                         endpoint=EMBEDDINGS, tenant=ctx.tenant.name)
     usage = result.get("usage")
+    gw.accounting.settle_upstream(ctx, usage, result.get("model"))
     await gw.charge(ctx, usage)  # shielded: a client gone now has spent the tokens all the same
+    await _charge_budget(gw, ctx)
     ex.backend = name
-    ex.reply(200, orjson.dumps(result), {"X-Backend": name})
+    ex.reply(200, orjson.dumps(result), {"X-Backend": name, "X-Cost-USD": ctx.response_headers["X-Cost-USD"]})
     gw.count_tokens(usage)  # after the answer, as in `generate`
 
 
@@ -473,6 +499,30 @@ async def admin_cache_stats(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     gw.snapshot.auth.check_admin(request.headers.get("Authorization"))
     return json_response(await gw.cache_admin().stats())
+
+
+async def admin_usage(request: web.Request) -> web.Response:
+    """Dollars spent and saved, tokens and requests, with a per-hour series (gateway/usage/report.py)."""
+    gw = request.app[GATEWAY]
+    gw.snapshot.auth.check_admin(request.headers.get("Authorization"))
+    return json_response(await usage_report(gw.accounting.store, request.query))
+
+
+UI_DIR = Path(__file__).with_name("ui")
+UI_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+# The page loads only its own files and calls only this origin: no CDN, nothing inline to inject into.
+UI_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:", "Cache-Control": "no-cache",
+              "X-Content-Type-Options": "nosniff"}
+
+
+async def ui_file(request: web.Request) -> web.Response:
+    """`GET /ui` and its static files. The shell carries no data: every figure comes from /admin/usage and
+    /metrics, which the page calls with the admin key the operator gives it."""
+    name = request.match_info.get("name") or "index.html"
+    if name not in UI_FILES:
+        raise GatewayError(404, f"No UI file {name!r}.", "invalid_request_error", "not_found")
+    body = await asyncio.to_thread((UI_DIR / name).read_bytes)
+    return web.Response(body=body, content_type=UI_FILES[name], charset="utf-8", headers=UI_HEADERS)
 
 
 # ---- the envelope: request id, errors as OpenAI's envelope, metrics --------------------------------------------

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+from gateway.usage.ledger import Ledger
+
 if TYPE_CHECKING:
     import aiohttp
     import redis.asyncio as aioredis
@@ -78,6 +80,8 @@ class RequestContext:
     # What a stage's `before` learnt that its `after` reuses, one typed field per stage:
     cache_lookup: CacheLookup | None = None  # the cache stage's keys and query embedding, for the store
     budget_report: BudgetReport | None = None  # the context stage's assembly, for the savings it counts
+    # The request's dollars (gateway/usage/): the cache stage marks exploration with `usage.ledger.explore`
+    ledger: Ledger = field(default_factory=Ledger)
     started: float = field(default_factory=time.perf_counter)
 
 

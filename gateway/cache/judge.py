@@ -33,6 +33,7 @@ from prometheus_client import Counter, Histogram
 from gateway.backends.base import BackendError, Timeouts
 from gateway.cache import keyspace as ks
 from gateway.redis_guard import RedisUnavailable
+from gateway.usage.ledger import charge_judge
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -220,6 +221,7 @@ class Judge:
         cost = (verdict.prompt_tokens * self._price[0] + verdict.completion_tokens * self._price[1]) / 1e6
         if cost:
             self._metrics.cost.inc(cost)
+            charge_judge(cost)  # to the request whose lookup asked (its ledger, through a context variable)
 
 
 def _quoted(text: str) -> str:

@@ -20,6 +20,7 @@ from gateway.config.route_parser import parse_routes
 from gateway.config.schema import (
     BackendConfig,
     Limits,
+    ModelPrice,
     OpsConfig,
     Policy,
     RedisConfig,
@@ -28,7 +29,7 @@ from gateway.config.schema import (
 )
 from gateway.config.yamltree import expand_vars, join, read_tree
 
-TOP_KEYS = ("redis", "server", "tenants", "backends", "routes", "auth")
+TOP_KEYS = ("redis", "server", "tenants", "backends", "routes", "auth", "models")
 REDIS_KEYS = ("url", "timeout_ms", "mode")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 REDIS_MODES = ("auto", "single", "cluster")  # auto: the seed node's `INFO cluster` decides
@@ -39,7 +40,8 @@ SERVER_KEYS = (
 OPS_KEYS = ("auth", "keys", "host", "port")
 OPS_AUTH = ("open", "admin", "key")
 TENANT_KEYS = ("name", "api_keys", "limits")
-LIMIT_KEYS = ("rpm", "tpm")
+LIMIT_KEYS = ("rpm", "tpm", "usd_per_day", "usd_per_month")
+MODEL_PRICE_KEYS = ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok")
 BACKEND_TYPES = ("openai", "anthropic", "engine")
 BACKEND_KEYS = (
     "type", "base_url", "api_key", "model", "models", "replicas", "urls", "max_connections", "headers", "options",
@@ -102,7 +104,29 @@ def _build(data: Any, check: Checker, base_dir: Path | None) -> Policy | None:
     declared = [str(k) for k in raw_backends] if isinstance(raw_backends, dict) else []
     routes = parse_routes(top.get("routes"), declared, backends, check) if "routes" in top else []
     auth_open = _auth(top.get("auth"), tenants, check)
-    return Policy(routes=routes, backends=backends, tenants=tenants, redis=redis, server=server, auth_open=auth_open)
+    return Policy(routes=routes, backends=backends, tenants=tenants, models=_models(top.get("models"), check),
+                  redis=redis, server=server, auth_open=auth_open)
+
+
+def _models(raw: Any, check: Checker) -> dict[str, ModelPrice]:
+    """`models: {NAME: {input_per_mtok, output_per_mtok, cached_input_per_mtok, cache_write_per_mtok}}`: the
+    one place a policy sets prices; NAME is a model name or a glob. Input and output are required, so a typo
+    never prices a model at 0 by accident."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        check.error("models", "expected a mapping of model names to prices ({NAME: {input_per_mtok: ...}})")
+        return {}
+    out: dict[str, ModelPrice] = {}
+    for name, entry in raw.items():
+        path = join("models", str(name))
+        e = check.mapping(entry, path, MODEL_PRICE_KEYS, required=("input_per_mtok", "output_per_mtok"))
+        if e is None:
+            continue
+        prices = [check.get_number(e, k, path, None, minimum=0.0, maximum=1e6) for k in MODEL_PRICE_KEYS]
+        if prices[0] is not None and prices[1] is not None:
+            out[str(name)] = ModelPrice(prices[0], prices[1], prices[2], prices[3])
+    return out
 
 
 def _auth(raw: Any, tenants: list[TenantConfig], check: Checker) -> bool:
@@ -208,6 +232,9 @@ def _tenants(raw: Any, check: Checker) -> list[TenantConfig]:
         if lm is not None:
             limits.rpm = check.get_int(lm, "rpm", join(path, "limits"), minimum=1)
             limits.tpm = check.get_int(lm, "tpm", join(path, "limits"), minimum=1)
+            limits.usd_per_day = check.get_number(lm, "usd_per_day", join(path, "limits"), minimum=0, exclusive=True)
+            limits.usd_per_month = check.get_number(lm, "usd_per_month", join(path, "limits"), minimum=0,
+                                                    exclusive=True)
         tenants.append(TenantConfig(name=name or f"tenant-{i}", api_keys=list(dict.fromkeys(keys)), limits=limits))
     return tenants
 

@@ -63,6 +63,23 @@ class ServerConfig:
 class Limits:
     rpm: int | None = None
     tpm: int | None = None
+    usd_per_day: float | None = None  # spend budget per UTC day (gateway/usage/budget.py)
+    usd_per_month: float | None = None  # spend budget per UTC calendar month
+
+    @property
+    def has_budget(self) -> bool:
+        return bool(self.usd_per_day or self.usd_per_month)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPrice:
+    """USD per million tokens. Cached input: prompt tokens the provider's (or engine's) prefix cache served;
+    cache write: prompt tokens written to Anthropic's cache (its premium). None: the input price."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    cache_write: float | None = None
 
 
 @dataclass(slots=True)
@@ -135,6 +152,8 @@ class Policy:
     routes: list[Route]
     backends: dict[str, BackendConfig]
     tenants: list[TenantConfig] = field(default_factory=list)
+    # `models:` price overrides by model name or glob (gateway/usage/prices.py reads them before its table)
+    models: dict[str, ModelPrice] = field(default_factory=dict)
     redis: RedisConfig = field(default_factory=RedisConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     auth_open: bool = False  # `auth: {open: true}`: the policy says openly that it wants no API keys

@@ -6,7 +6,8 @@ provider family's entry (`claude-` covers every Claude model, `claude-opus-5-5` 
 windows). Every number can be overridden per route in the policy (`budget.context_window`,
 `budget.max_output_tokens`, `budget.input_price_per_mtok`, `budget.output_price_per_mtok`). A model with no
 entry at all has an unknown window: budget assembly then takes no destructive step (see budget.py). Prices are
-USD per million tokens as published by the providers; they only feed the savings report, never a decision.
+USD per million tokens as published by the providers (OpenAI's and DeepSeek's cached-input price where they
+publish one); they feed the dollar accounting (gateway/usage/) and budgets, never a routing decision.
 
 Anthropic's minimum cacheable prompt lengths (a `cache_control` breakpoint on a shorter prefix is ignored by
 the API and wastes one of the four slots), from Anthropic's prompt-caching docs: 4,096 tokens for Claude
@@ -28,32 +29,35 @@ class ModelInfo:
     output_price: float = 0.0  # USD per million completion tokens
     encoding: str | None = None  # tiktoken encoding for OpenAI models; None = no public tokenizer
     cache_min_tokens: int = 0  # Anthropic: shortest prefix its prompt cache stores
+    # USD per million prompt tokens served from the provider's prefix cache; None: no discount published (the
+    # input price). Claude's read and write prices follow Anthropic's rule (gateway/usage/prices.py).
+    cached_price: float | None = None
 
 
 _TABLE: dict[str, ModelInfo] = {
     # OpenAI: o200k_base families
-    "gpt-5": ModelInfo(400_000, 128_000, 1.25, 10.0, "o200k_base"),
-    "gpt-5-mini": ModelInfo(400_000, 128_000, 0.25, 2.0, "o200k_base"),
-    "gpt-5-nano": ModelInfo(400_000, 128_000, 0.05, 0.40, "o200k_base"),
-    "gpt-5-chat": ModelInfo(128_000, 16_384, 1.25, 10.0, "o200k_base"),
+    "gpt-5": ModelInfo(400_000, 128_000, 1.25, 10.0, "o200k_base", cached_price=0.125),
+    "gpt-5-mini": ModelInfo(400_000, 128_000, 0.25, 2.0, "o200k_base", cached_price=0.025),
+    "gpt-5-nano": ModelInfo(400_000, 128_000, 0.05, 0.40, "o200k_base", cached_price=0.005),
+    "gpt-5-chat": ModelInfo(128_000, 16_384, 1.25, 10.0, "o200k_base", cached_price=0.125),
     "gpt-5-pro": ModelInfo(400_000, 272_000, 15.0, 120.0, "o200k_base"),
-    "gpt-5-codex": ModelInfo(400_000, 128_000, 1.25, 10.0, "o200k_base"),
-    "codex-mini": ModelInfo(200_000, 100_000, 1.50, 6.0, "o200k_base"),
-    "gpt-4.1": ModelInfo(1_047_576, 32_768, 2.0, 8.0, "o200k_base"),
-    "gpt-4.1-mini": ModelInfo(1_047_576, 32_768, 0.40, 1.60, "o200k_base"),
-    "gpt-4.1-nano": ModelInfo(1_047_576, 32_768, 0.10, 0.40, "o200k_base"),
-    "gpt-4.5": ModelInfo(128_000, 16_384, 75.0, 150.0, "o200k_base"),
-    "gpt-4o": ModelInfo(128_000, 16_384, 2.50, 10.0, "o200k_base"),
-    "gpt-4o-mini": ModelInfo(128_000, 16_384, 0.15, 0.60, "o200k_base"),
+    "gpt-5-codex": ModelInfo(400_000, 128_000, 1.25, 10.0, "o200k_base", cached_price=0.125),
+    "codex-mini": ModelInfo(200_000, 100_000, 1.50, 6.0, "o200k_base", cached_price=0.375),
+    "gpt-4.1": ModelInfo(1_047_576, 32_768, 2.0, 8.0, "o200k_base", cached_price=0.5),
+    "gpt-4.1-mini": ModelInfo(1_047_576, 32_768, 0.40, 1.60, "o200k_base", cached_price=0.1),
+    "gpt-4.1-nano": ModelInfo(1_047_576, 32_768, 0.10, 0.40, "o200k_base", cached_price=0.025),
+    "gpt-4.5": ModelInfo(128_000, 16_384, 75.0, 150.0, "o200k_base", cached_price=37.5),
+    "gpt-4o": ModelInfo(128_000, 16_384, 2.50, 10.0, "o200k_base", cached_price=1.25),
+    "gpt-4o-mini": ModelInfo(128_000, 16_384, 0.15, 0.60, "o200k_base", cached_price=0.075),
     "chatgpt-4o": ModelInfo(128_000, 16_384, 5.0, 15.0, "o200k_base"),
-    "ft:gpt-4o": ModelInfo(128_000, 16_384, 3.75, 15.0, "o200k_base"),
-    "o1": ModelInfo(200_000, 100_000, 15.0, 60.0, "o200k_base"),
+    "ft:gpt-4o": ModelInfo(128_000, 16_384, 3.75, 15.0, "o200k_base", cached_price=1.875),
+    "o1": ModelInfo(200_000, 100_000, 15.0, 60.0, "o200k_base", cached_price=7.5),
     "o1-pro": ModelInfo(200_000, 100_000, 150.0, 600.0, "o200k_base"),
-    "o1-mini": ModelInfo(128_000, 65_536, 1.10, 4.40, "o200k_base"),
-    "o3": ModelInfo(200_000, 100_000, 2.0, 8.0, "o200k_base"),
+    "o1-mini": ModelInfo(128_000, 65_536, 1.10, 4.40, "o200k_base", cached_price=0.55),
+    "o3": ModelInfo(200_000, 100_000, 2.0, 8.0, "o200k_base", cached_price=0.5),
     "o3-pro": ModelInfo(200_000, 100_000, 20.0, 80.0, "o200k_base"),
-    "o3-mini": ModelInfo(200_000, 100_000, 1.10, 4.40, "o200k_base"),
-    "o4-mini": ModelInfo(200_000, 100_000, 1.10, 4.40, "o200k_base"),
+    "o3-mini": ModelInfo(200_000, 100_000, 1.10, 4.40, "o200k_base", cached_price=0.55),
+    "o4-mini": ModelInfo(200_000, 100_000, 1.10, 4.40, "o200k_base", cached_price=0.275),
     # OpenAI: cl100k_base families
     "gpt-4": ModelInfo(8_192, 8_192, 30.0, 60.0, "cl100k_base"),
     "gpt-4-32k": ModelInfo(32_768, 32_768, 60.0, 120.0, "cl100k_base"),
@@ -84,8 +88,8 @@ _TABLE: dict[str, ModelInfo] = {
     # OpenAI's open-weight models (served by vLLM / SGLang and the like; their tokenizer is not a tiktoken one)
     "gpt-oss-": ModelInfo(131_072, 131_072),
     # DeepSeek (OpenAI-compatible API, automatic prefix caching; its tokenizer is not tiktoken)
-    "deepseek-chat": ModelInfo(128_000, 8_192, 0.27, 1.10, None),
-    "deepseek-reasoner": ModelInfo(128_000, 64_000, 0.55, 2.19, None),
+    "deepseek-chat": ModelInfo(128_000, 8_192, 0.27, 1.10, None, cached_price=0.07),
+    "deepseek-reasoner": ModelInfo(128_000, 64_000, 0.55, 2.19, None, cached_price=0.14),
     # The bundled engine's default model
     "smollm2-135m": ModelInfo(8_192, 8_192),
 }

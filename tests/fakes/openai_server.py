@@ -25,6 +25,7 @@ Knobs (attributes; set them at run time, `reset()` restores them):
   fail_next(n, status=503, retry_after=None, body=None, content_type=...)
                      answer the next n requests with that status (default body: OpenAI's error envelope)
   api_key            when set, a missing/wrong `Authorization: Bearer` gets 401
+  cached_tokens      chat answers report this many prompt tokens (at most all) as served by a prefix cache
   record             keep every request (method, path, headers, parsed body, raw) in `requests`
 State: requests, last, request_count, streams_started, streams_completed, disconnects, disconnected
 (a threading.Event set when a client leaves mid-stream).
@@ -59,6 +60,7 @@ class FakeOpenAI(FakeUpstream):
         self.reply: str | None = None
         self.top_logprobs: list[tuple[str, float]] | None = None
         self.stream_error_after: int | None = None
+        self.cached_tokens = 0
         self.embedding_dim = 8
         self._seq = 0
         self.app.router.add_post("/v1/chat/completions", self._chat)
@@ -71,6 +73,7 @@ class FakeOpenAI(FakeUpstream):
         self.reply = None
         self.top_logprobs = None
         self.stream_error_after = None
+        self.cached_tokens = 0
 
     def error_body(self, status: int, message: str, kind: str | None = None) -> bytes:
         kind = kind or ERROR_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
@@ -95,6 +98,7 @@ class FakeOpenAI(FakeUpstream):
         if not isinstance(messages, list) or not messages:
             return self.error_response(400, "'messages' must be a non-empty array")
         answer = self._answer(body, messages)
+        answer["cached_tokens"] = min(self.cached_tokens, answer["prompt_tokens"])
         if body.get("stream"):
             return await self._chat_stream(request, body, answer)
         message: dict[str, Any] = {"role": "assistant", "content": answer["text"], "refusal": None,
@@ -269,6 +273,6 @@ def _limit(words: list[str], body: dict) -> tuple[list[str], str]:
 def _usage(answer: dict, n: int) -> dict:
     prompt, completion = answer["prompt_tokens"], answer["completion_tokens"] * n
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": answer.get("cached_tokens", 0), "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                           "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
