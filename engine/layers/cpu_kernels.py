@@ -1,7 +1,9 @@
 """Small C kernels for the CPU path, compiled with the system C compiler on first use and cached on disk.
 
 Plain C through ctypes (no torch headers): builds in about a second, and where no compiler is found or the build
-fails, `load_library()` returns None and the engine keeps its pure-torch path. `paged_decode.c`: decode attention
+fails, `load_library()` returns None and the engine keeps its pure-torch path (`kernel_status()` says why).
+An image without a compiler ships libraries built ahead for each x86-64 level (`python -m engine.layers.cpu_kernels
+build DIR`, ENGINE_KERNELS_DIR=DIR at run time): the best one this CPU runs is loaded. `paged_decode.c`: decode attention
 over the paged cache; `prefill_attention.c`: prefill attention over it; `fused_ops.c`: RMSNorm with its residual add; `gemv.c`: small-M float32 and int8-weight linears (decode).
 """
 
@@ -22,14 +24,25 @@ from pathlib import Path
 
 import torch
 
-log = logging.getLogger(__name__)
-
 SOURCES = [Path(__file__).with_name(name) for name in ("paged_decode.c", "prefill_attention.c", "fused_ops.c",
                                                        "gemv.c")]
 INCLUDED = [Path(__file__).with_name("vec_exp.c")]  # #included by sources, not compiled alone: hashed with them
 # -ffp-contract=fast: a * b + c as one fused multiply-add (ISO C mode otherwise forbids it): faster and no less
 # exact; reassociation stays off (no -ffast-math), so sums keep the order the source spells.
-FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+PORTABLE_FLAGS = ["-O3", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+FLAGS = ["-O3", "-march=native", *PORTABLE_FLAGS[1:]]
+PREBUILT_ENV = "ENGINE_KERNELS_DIR"  # libraries built ahead by `build_prebuilt` (an image without a compiler)
+# Kernels the library holds, as the engine reports them at start-up
+KERNELS = ("decode attention", "prefill attention", "residual add + RMSNorm", "rotary + KV store",
+           "small-row linears (fp32, int8)")
+# x86-64 psABI levels, best first, with the /proc/cpuinfo flags each needs beyond the next: -march=native is
+# unknowable when an image is built, so one library per level is built and the best this CPU runs is loaded.
+X86_LEVELS = (
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+    ("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}),
+    ("x86-64-v2", {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}),
+    ("x86-64", set()),
+)
 
 
 def _cache_dir() -> Path:
@@ -70,15 +83,78 @@ def _remove_stale(keep: Path) -> None:
                 old.unlink()
 
 
-@cache
-def load_library() -> ctypes.CDLL | None:
-    """The compiled kernel library, or None (disabled, no compiler, a failed build or load)."""
-    if os.environ.get("ENGINE_NO_C_KERNELS", "0") not in ("", "0"):
-        return None
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+def _cpu_flags() -> set[str]:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    line = next((ln for ln in lines if ln.startswith(("flags", "Features"))), "")
+    return set(line.partition(":")[2].split())
+
+
+def prebuilt_levels() -> list[str]:
+    """The levels libraries are built ahead for on this machine's architecture, best first."""
+    if platform.machine() in ("x86_64", "AMD64"):
+        return [level for level, _ in X86_LEVELS]
+    if platform.machine() in ("aarch64", "arm64"):
+        return ["armv8-a"]  # the baseline every 64-bit ARM runs; NEON is part of it
+    return []
+
+
+def runnable_levels(flags: set[str] | None = None) -> list[str]:
+    """The prebuilt levels this CPU runs, best first."""
+    levels = prebuilt_levels()
+    if not levels or levels == ["armv8-a"]:
+        return levels
+    flags = _cpu_flags() if flags is None else flags
+    runnable, needed = [], set()
+    for level, extra in reversed(X86_LEVELS):  # each level needs every flag of the ones below it
+        needed |= extra
+        if needed <= flags:
+            runnable.append(level)
+    return runnable[::-1]
+
+
+def prebuilt_name(level: str) -> str:
+    """A prebuilt library's file name: its level and a digest of the sources and flags, so a library built from
+    other sources is never loaded (there is no compiler to check against at run time)."""
+    source = b"".join(path.read_bytes() for path in SOURCES + INCLUDED)
+    digest = hashlib.sha256(source + " ".join([f"-march={level}", *PORTABLE_FLAGS]).encode()).hexdigest()[:16]
+    return f"cpu_kernels-{level}-{digest}.so"
+
+
+def build_prebuilt(directory: Path, cc: str | None = None) -> list[Path]:
+    """Build one library per level of this architecture into `directory` (at image build time); returns them."""
+    cc = cc or shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
-        log.info("no C compiler: decode attention gathers K/V through torch, elementwise ops run in torch")
-        return None
+        raise RuntimeError("no C compiler (set CC or install gcc)")
+    directory.mkdir(parents=True, exist_ok=True)
+    built = []
+    for level in prebuilt_levels():
+        out = directory / prebuilt_name(level)
+        subprocess.run([cc, f"-march={level}", *PORTABLE_FLAGS, *map(str, SOURCES), "-o", str(out), "-lm"],
+                       check=True, capture_output=True, timeout=300)
+        built.append(out)
+    return built
+
+
+def _load_prebuilt(directory: Path) -> tuple[ctypes.CDLL | None, str]:
+    """The best prebuilt library this CPU runs, and what was loaded (or why none was)."""
+    for level in runnable_levels():
+        try:
+            path = directory / prebuilt_name(level)
+        except OSError as exc:  # an install that dropped the sources: nothing to check the library against
+            return None, f"kernel sources unreadable ({exc})"
+        if path.exists():
+            try:
+                return ctypes.CDLL(str(path)), f"prebuilt for {level}: {path}"
+            except OSError as exc:  # e.g. no libgomp in the image
+                return None, f"prebuilt {path} does not load ({exc})"
+    return None, f"no prebuilt library in {directory} for these sources and this CPU"
+
+
+def _build_native(cc: str) -> tuple[ctypes.CDLL | None, str]:
+    """Build (once, cached on disk) and load the library for this CPU with -march=native."""
     try:
         source = b"".join(path.read_bytes() for path in SOURCES + INCLUDED)  # absent from an install that dropped package data
         key = "\n".join([" ".join(FLAGS), _compiler_key(cc), _cpu_key()])
@@ -92,12 +168,65 @@ def load_library() -> ctypes.CDLL | None:
                                capture_output=True, timeout=120)
                 os.replace(out, lib_path)
             _remove_stale(lib_path)
-        lib = ctypes.CDLL(str(lib_path))
+        return ctypes.CDLL(str(lib_path)), f"built here with -march=native: {lib_path}"
     except (OSError, subprocess.SubprocessError) as exc:
         stderr = getattr(exc, "stderr", None)  # a failed build says why only on its stderr
         detail = f"{exc}: {stderr.decode(errors='replace')[-2000:]}" if stderr else str(exc)
-        log.warning("C kernels unavailable (%s): using the torch path", detail)
-        return None
+        return None, f"the build failed ({detail})"
+
+
+def turned_off() -> bool:
+    return os.environ.get("ENGINE_NO_C_KERNELS", "0") not in ("", "0")
+
+
+@cache
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    """(the kernel library or None, where it came from or why there is none). Prebuilt libraries first (an
+    image's, built for its sources), else built here with the system compiler."""
+    if turned_off():
+        return None, "turned off by ENGINE_NO_C_KERNELS"
+    reasons = []
+    if os.environ.get(PREBUILT_ENV):
+        lib, origin = _load_prebuilt(Path(os.environ[PREBUILT_ENV]))
+        if lib is not None:
+            return _declare(lib), origin
+        reasons.append(origin)
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        reasons.append("no C compiler")
+        return None, "; ".join(reasons)
+    lib, origin = _build_native(cc)
+    if lib is None:
+        return None, "; ".join([*reasons, origin])
+    return _declare(lib), origin
+
+
+def load_library() -> ctypes.CDLL | None:
+    """The compiled kernel library, or None (disabled, no prebuilt library and no compiler, a failed build or
+    load): `kernel_status()` says which."""
+    return _load()[0]
+
+
+def kernel_status() -> str:
+    """Where the loaded library came from, or why there is none."""
+    return _load()[1]
+
+
+def report_kernels(logger: logging.Logger, wanted: bool, why_not: str = "") -> None:
+    """Say at start-up which kernels the engine runs: the C kernels and their library at INFO; the torch
+    fallback at WARNING when they were wanted (CPU float32) but did not load, since it is several times slower;
+    at INFO when they do not apply (`why_not`: another device or dtype, or turned off)."""
+    if not wanted or turned_off():
+        logger.info("engine kernels: torch (C kernels not used: %s)", why_not or kernel_status())
+    elif load_library() is not None:
+        logger.info("engine kernels: C %s (%s)", ", ".join(KERNELS), kernel_status())
+    else:
+        logger.warning("engine kernels: torch fallback, C kernels unavailable (%s): %s run in torch, slower",
+                       kernel_status(), ", ".join(KERNELS))
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """Give the library's functions their C signatures."""
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.paged_decode_attention.argtypes = [ptr] * 7 + [i64] * 7 + [ctypes.c_float, ctypes.c_int]
     lib.paged_prefill_attention.argtypes = [ptr, i64, ptr, ptr, ptr, ptr, i64, ptr] + [i64] * 6 + [ctypes.c_float,
@@ -296,3 +425,20 @@ def gemv_int8_weight_ok(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.
     return (qweight.dim() == 2 and qweight.dtype == torch.int8 and qweight.is_cpu and qweight.is_contiguous()
             and is_cpu_float32(scale, *([] if bias is None else [bias])) and scale.shape == (n,)
             and (bias is None or bias.shape == (n,)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m engine.layers.cpu_kernels build DIR`: the libraries an image without a compiler loads."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.layers.cpu_kernels")
+    parser.add_argument("command", choices=["build"])
+    parser.add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+    for path in build_prebuilt(args.directory):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

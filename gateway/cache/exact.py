@@ -42,6 +42,11 @@ class ExactCache:
         doc = orjson.loads(raw)
         return Stored(completion=doc["c"], stored_at=doc["at"])
 
+    async def connect(self) -> None:
+        """Open the lookup connection now (LeanGet.connect); redis-py's pool is warmed by the caller."""
+        if self._lean is not None:
+            await self._lean.connect()
+
     def close(self) -> None:
         if self._lean is not None:
             self._lean.close()

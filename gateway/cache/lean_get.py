@@ -132,6 +132,16 @@ class LeanGet:
         return cls({"path": kw.get("path"), "host": kw.get("host", "127.0.0.1"), "port": kw.get("port", 6379),
                     "username": kw.get("username"), "password": kw.get("password"), "db": kw.get("db") or 0})
 
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing() and self._connecting is None
+
+    async def connect(self) -> None:
+        """Connect now (at start-up), not inside the first lookup's few-ms budget: a connect that outlasts it
+        is cancelled with the lookup, which misses (a restarted gateway's first repeat was not HIT-EXACT)."""
+        if not self.connected:
+            await self._connect()
+
     async def get(self, key: str) -> bytes | None:
         """GET key. Raises redis ConnectionError/ResponseError like redis-py, so RedisGuard treats it alike."""
         return await self._request(_command(b"GET", key.encode()))

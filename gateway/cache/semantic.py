@@ -158,6 +158,11 @@ class SemanticCache:
         if self._lean is not None:
             self._lean.close()
 
+    async def connect(self) -> None:
+        """Open the connection hits read their completion on now (LeanGet.connect), not at the first hit."""
+        if self._lean is not None:
+            await self._lean.connect()
+
     async def drain(self) -> None:
         """Wait for background stores and LRU updates (tests and benchmarks)."""
         self._touch_now.set()

@@ -580,8 +580,13 @@ def uses_semantic(policy: Policy) -> bool:
 async def create_stage(resources: Resources) -> CacheStage:
     stage = CacheStage(resources)
     try:
-        try:  # open a pooled connection now, so the first lookup's few-ms budget is not spent connecting
-            await asyncio.wait_for(resources.redis.ping(), 1.0)
+        try:  # open a pooled connection and the lookups' own now, so the first lookup's few-ms budget is not
+            # spent connecting (resolving a container's name alone can outlast it)
+            # (every outcome gathered: a failed ping must not leave a connect's error unretrieved)
+            outcomes = await asyncio.wait_for(asyncio.gather(
+                resources.redis.ping(), stage.exact.connect(), stage.semantic.connect(), return_exceptions=True), 1.0)
+            if failed := [o for o in outcomes if isinstance(o, BaseException)]:
+                raise failed[0]
         except (TimeoutError, RedisError, RedisClusterException, OSError) as e:
             log.warning("cache: Redis not reachable at start (%s); lookups fail open until it is", e)
         policy = resources.get_policy()
