@@ -134,7 +134,7 @@ class LeanGet:
 
     @property
     def connected(self) -> bool:
-        return self._transport is not None and not self._transport.is_closing() and self._connecting is None
+        return self._conn is not None and self._conn.usable and self._connecting is None
 
     async def connect(self) -> None:
         """Connect now (at start-up), not inside the first lookup's few-ms budget: a connect that outlasts it

@@ -41,6 +41,7 @@ from gateway.errors import GatewayError, bad_request
 from gateway.pipeline import CHAT, COMPLETIONS
 from gateway.redis_client import scan_masters
 from gateway.redis_guard import RedisGuard, RedisUnavailable
+from gateway.usage.ledger import explore as explore_cost
 
 if TYPE_CHECKING:
     from gateway.cache.config import CacheConfig, JudgeConfig, StoreMode
@@ -207,7 +208,13 @@ class CacheStage:
 
     async def after(self, ctx: RequestContext, completion: dict) -> None:
         lookup = ctx.cache_lookup
-        if lookup is None or ctx.cache_control.no_store:
+        if lookup is None:
+            return
+        learning = lookup.config.semantic
+        if lookup.probe is not None and learning is not None and learning.max_wrong is not None \
+                and storable(completion):  # learned under no-store too: a similarity is kept, never the answer
+            self.semantic.spawn(self._learn(ctx.route.name, lookup.probe, completion))
+        if ctx.cache_control.no_store:
             return
         try:
             if not storable(completion):
@@ -227,8 +234,6 @@ class CacheStage:
             elif lookup.query is not None and semantic is not None and _allowed(semantic.store, ctx):
                 # Embedding takes milliseconds: store in the background so the response is not held up.
                 self.semantic.spawn(self._semantic_store(tenant, ctx.model, lookup, completion))
-            if lookup.probe is not None and semantic is not None and semantic.max_wrong is not None:
-                self.semantic.spawn(self._learn(ctx.route.name, lookup.probe, completion))
         except Exception:  # after() must never fail a request that already succeeded
             log.exception("cache store failed")
 
@@ -377,6 +382,7 @@ class CacheStage:
             return "hit"
         lookup.probe = dataclasses.replace(outcome.probe, kind=choice)
         if choice == "explore":
+            explore_cost(ctx.ledger)  # the upstream call is a cost of saving, not a plain miss
             self.learner.explored(route)
             self._explored.labels(route).inc()
             ctx.response_headers["X-Cache-Explore"] = "1"
