@@ -13,7 +13,7 @@ import unicodedata
 
 import numpy as np
 
-AGREE_COSINE = 0.62  # answers of one question rarely fall below this; answers to look-alikes often sit above it
+AGREE_COSINE = 0.5  # answers of one question rarely fall below this; answers to look-alikes often sit above it
 NUMBER_TOLERANCE = 0.02  # 453.6 g and "roughly 454 g" are one fact
 MAX_CHARS = 1500  # compared and embedded: answers are judged on their opening, where the fact is stated
 

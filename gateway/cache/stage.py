@@ -148,12 +148,25 @@ class CacheStage:
     def start(self, policy_uses_semantic: bool) -> None:
         if policy_uses_semantic:
             self.semantic.start()
+        self._label_routes()
+
+    def _label_routes(self) -> None:
+        """Every learning route's series exist (at 0, the gauges at the prior) before its first lookup."""
+        for route, budget in _budgets(self._get_policy()).items():
+            for counter in (self._explored, self._held, self._served):
+                counter.labels(route)
+            for kind in ("explore", "hold", "near"):
+                for outcome in ("right", "wrong"):
+                    self._learned.labels(route, kind, outcome)
+            estimate, bound = self.learner.route(route).estimate(budget)
+            self._wrong_estimate.labels(route).set(estimate)
+            self._wrong_bound.labels(route).set(bound)
 
     def readiness(self) -> list[str]:
         """Why L2 cannot serve yet (empty when it can, or when no route uses it); /ready lists these."""
         if not uses_semantic(self._get_policy()):
             return []
-        self.start(True)  # a reload that turned L2 on loads the model now, not at the first request
+        self.start(True)  # a reload that turned L2 on loads the model now, not at the first request (and labels)
         if self.worker.loading:
             return ["semantic cache model loading"]
         if not self.worker.ready:

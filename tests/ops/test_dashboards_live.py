@@ -79,7 +79,7 @@ routes:
     cache: {{exact: {{ttl: 600, store: always}}, semantic: false}}
   - match: {{model: fake-model}}
     backends: [up]
-    cache: {{exact: {{ttl: 600, store: always}}, semantic: false}}
+    cache: {{exact: {{ttl: 600, store: always}}, semantic: {{threshold: 0.9}}}}
     budget: {{context_window: 4096, max_output_tokens: 256}}
   - match: {{model: dead-model}}
     backends: [dead]
