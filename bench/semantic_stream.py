@@ -51,7 +51,7 @@ from aiohttp import web  # noqa: E402
 
 from tests.helpers import RedisServer, free_port  # noqa: E402
 
-DEFAULT_DATA = Path("/work/stream_data/stream_tune.jsonl")
+DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "stream_tune.jsonl"
 ADMIN = "admin"
 MODEL = "oracle"
 ROUTE = "oracle"
