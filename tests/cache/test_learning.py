@@ -160,14 +160,14 @@ def test_a_wrong_answer_found_by_exploration_is_never_served_again_in_its_scope(
     explorer_fake, explorer = start(fake_openai, serve_gateway, "{threshold: 0.8, max_wrong: 0.5, "
                                     "explore: {floor: 1.0, cap: 1.0}}")
     _, server = start(fake_openai, serve_gateway, "{threshold: 0.8, max_wrong: 0.5, explore: false}")
-    explorer_fake.reply = "Open Settings, then Security, and choose Reset password."
+    explorer_fake.reply = "Open Settings, then Security, and hold Reset for 10 seconds."
     raw_ask(explorer, STORED)
     settle(explorer)
     # Before anything is learned, a gateway that does not explore serves the look-alike the stored answer.
     text, headers = raw_ask(server, LOOK_ALIKE, **{"Cache-Control": "no-store"})
     assert headers["x-cache"] == "HIT-SEMANTIC" and text.startswith("Open Settings")
     # The upstream answers the look-alike otherwise: exploration sends it upstream and finds out.
-    explorer_fake.reply = "Call support on 0800 123 456; they reset it for you in 2 days."
+    explorer_fake.reply = "Call support, then hold Reset for 30 seconds."
     text, headers = raw_ask(explorer, LOOK_ALIKE, stream=stream, **{"Cache-Control": "no-store"})
     assert headers.get("x-cache-explore") == "1" and text.startswith("Call support")
     settle(explorer)
