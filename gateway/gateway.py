@@ -113,7 +113,9 @@ class Gateway:
         self.stages = (self.cache, self.context)
         self.stages_by_endpoint = {e: tuple(s for s in self.stages if e in s.endpoints) for e in get_args(Endpoint)}
         # Everything built so far (torch, FAISS, the models) lives as long as the process: move it out of the
-        # collector's sight, so the collections that request garbage triggers stay cheap.
+        # collector's sight, so the collections that request garbage triggers stay cheap. Garbage first: what
+        # is frozen is never collected, so start-up's cyclic garbage (load temporaries) would stay for good.
+        gc.collect()
         gc.freeze()
 
     async def close(self) -> None:
@@ -137,6 +139,9 @@ class Gateway:
         finally:  # whatever failed above, Redis's connections and the cluster client's tasks end
             if "redis" in built:
                 await self.redis.aclose()
+            # What start() froze goes back to the collector: the gateway's objects form cycles (and hold the
+            # in-process engines' weights), which would otherwise outlive it in a process that goes on.
+            gc.unfreeze()
 
     async def apply_policy(self, policy: Policy) -> None:
         """Swap to a new policy; unchanged backends are kept, replaced ones close after their requests."""

@@ -41,8 +41,18 @@ class LoopThread:
         return fut.result(timeout)
 
     def stop(self) -> None:
+        """Stop and close the loop, its default executor's threads joined: a loop left open keeps its
+        selector, its executor's threads, and whatever its callbacks and tasks still hold, for the session."""
+        if self.loop.is_closed():
+            return
+        try:
+            self.run(self.loop.shutdown_default_executor(), timeout=10)
+        except TimeoutError:  # a worker stuck in a blocking call: its daemon thread is left to the exit
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()
 
 
 class ServerThread:
@@ -90,12 +100,24 @@ class ServerThread:
             self._lt.run(self._runner.cleanup())
             self._runner = None
         self._lt.stop()
+        forget_served_apps()
 
     def __enter__(self) -> ServerThread:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def forget_served_apps() -> None:
+    """Empty aiohttp's process-wide cache of middleware chains: keyed by (handler, apps), it holds up to 1,024
+    applications, and with them whatever they hold (an engine's weights), long after they stopped serving.
+    A server process serves one app for its life; a test session serves hundreds, one after another."""
+    from aiohttp import web_app
+
+    cached = getattr(web_app, "_cached_build_middleware", None)  # private: absent from some aiohttp releases
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
 
 
 class RedisServer:

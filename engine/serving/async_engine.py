@@ -182,7 +182,7 @@ class AsyncEngine:
         self._held_hashes: set[int] = set()
         self._subscribers: list[KVEventSubscription] = []
         self._stats: EngineStats = engine.stats()
-        self.metrics.bind_stats(lambda: self._stats)
+        self.metrics.bind_stats(self.stats)  # a bound method, held weakly: the metrics may outlive the engine
 
     @classmethod
     def from_config(cls, config: EngineConfig, metrics: EngineMetrics | None = None) -> AsyncEngine:

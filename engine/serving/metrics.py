@@ -6,7 +6,9 @@ keeps cumulative totals, so no second copy can drift); TTFT and TPOT are histogr
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
+from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -24,11 +26,16 @@ StatsSource = Callable[[], "EngineStats | None"]
 
 class _StatsCollector(Collector):
     def __init__(self, source: StatsSource) -> None:
-        self._source = source
+        # A bound method (an engine's `stats`) is held weakly: the registry may outlive the engine (a gateway's
+        # registry across a policy reload that drops the engine), and must not keep its weights alive.
+        self._source: Callable[[], StatsSource | None] = (
+            weakref.WeakMethod(source) if isinstance(source, MethodType) else lambda: source
+        )
 
     def collect(self) -> Iterator[Metric]:
-        stats: Any = self._source()
-        if stats is None:
+        source = self._source()
+        stats: Any = source() if source is not None else None
+        if stats is None:  # no stats yet, or the engine is gone
             return
         gauges = (
             ("engine_requests_running", "Requests in the running batch", stats.running),
@@ -85,7 +92,8 @@ class EngineMetrics:
         self._collector: _StatsCollector | None = None
 
     def bind_stats(self, source: StatsSource) -> None:
-        """Expose the engine's stats (called once, by the AsyncEngine that owns them)."""
+        """Expose the engine's stats (called once, by the AsyncEngine that owns them); a bound method is held
+        weakly, so the metrics never keep its object alive."""
         if self._collector is not None:
             self.registry.unregister(self._collector)
         self._collector = _StatsCollector(source)

@@ -83,6 +83,10 @@ class EngineBackendBase(ABC):
                       "type": "invalid_request_error", "param": "model", "code": "unsupported_endpoint"}})
 
 
+def _shutdown(held: list[AsyncEngine]) -> None:
+    held.pop().shutdown()
+
+
 class InProcessEngineBackend(EngineBackendBase):
     """The engine in this process: AsyncEngine on its own thread, reached through the engine's OpenAI layer."""
 
@@ -107,17 +111,30 @@ class InProcessEngineBackend(EngineBackendBase):
 
     async def close(self) -> None:
         if self.engine is not None:
-            engine, self.engine = self.engine, None
-            await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
+            # Both references go: a backend retired by a policy reload can outlive its close (the gateway's
+            # objects are frozen out of the collector's sight), and must not keep the weights with it. The
+            # engine goes to the executor in a list its worker empties: the executor's work item lives on a
+            # moment after the call returns, and must not be what still holds the engine then.
+            held, self.engine, self._serving = [self.engine], None, None
+            await asyncio.get_running_loop().run_in_executor(None, _shutdown, held)
+
+    def _serving_or_stopped(self) -> OpenAIServing:
+        """The engine's OpenAI layer; after close, the 503 a stopped engine answers (close lets go of it)."""
+        from engine import EngineRequestError
+
+        if self._serving is None:
+            raise self._fail(backend_error(EngineRequestError(503, "the engine was shut down", "server_error",
+                                                              "engine_stopped")))
+        return self._serving
 
     async def _whole(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> dict:
         from engine import EngineRequestError
 
-        assert self._serving is not None
+        serving = self._serving_or_stopped()
         self._inflight.inc()
         try:
             async with asyncio.timeout(timeouts.total):
-                return await self._serving.run(ENGINE_KIND[endpoint], {**body, "stream": False, "stream_options": None})
+                return await serving.run(ENGINE_KIND[endpoint], {**body, "stream": False, "stream_options": None})
         except EngineRequestError as e:
             raise self._fail(backend_error(e)) from None
         except TimeoutError:
@@ -128,13 +145,13 @@ class InProcessEngineBackend(EngineBackendBase):
     async def _stream(self, endpoint: Endpoint, body: dict, timeouts: Timeouts) -> AsyncIterator[dict]:
         from engine import EngineRequestError
 
-        assert self._serving is not None
+        serving = self._serving_or_stopped()
         self._inflight.inc()
         try:
             try:
                 async with asyncio.timeout(timeouts.first_byte):
-                    prepared = await self._serving.prepare(ENGINE_KIND[endpoint], {**body, "stream": True})
-                    generation = await self._serving.open(prepared)
+                    prepared = await serving.prepare(ENGINE_KIND[endpoint], {**body, "stream": True})
+                    generation = await serving.open(prepared)
             except EngineRequestError as e:
                 raise self._fail(backend_error(e)) from None
             except TimeoutError:

@@ -68,13 +68,14 @@ def oracle_cache(name: str, *parts: object) -> Path:
     return root / f"{name}-{digest.hexdigest()[:32]}"
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def hf_model() -> torch.nn.Module:
     """HF transformers' fp32 model of the bundled GGUF (what `bench/gpu_check.py` compares against too).
 
     transformers' GGUF path (parsing the file twice, mapping tensor names, dequantising) takes about half a
-    minute on the CI machine, so the oracle tests and the gpu_check test share one model, and its dequantised
-    weights are kept (`oracle_cache`) as safetensors, which load in seconds. Dropped when tests/engine is done.
+    minute on the CI machine, so its dequantised weights are kept (`oracle_cache`) as safetensors, which load
+    in seconds. Per module: only the gpu_check test and a cold oracle cache need it, and a package-wide copy
+    (over half a gigabyte with its load's leftovers) stayed under every engine test after them.
     """
     from bench.engine import load_hf
 

@@ -7,6 +7,8 @@ Connections are counted at a private real redis-server (CLIENT LIST), so what is
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +93,25 @@ async def test_a_start_that_does_not_finish_closes_the_redis_client(server: Redi
     assert await settled(server, before) == before  # before the fix: the start-up ping's connection stayed open
     if step == "context stage":  # the cache stage built before it was closed too
         assert gw.cache.worker._closed
+
+
+async def test_what_start_froze_is_collected_once_the_gateway_closes(server: RedisServer, tmp_path) -> None:
+    """start() freezes everything alive (gc.freeze), so request garbage is collected cheaply; close must hand
+    it back. Frozen objects in cycles are never collected: each gateway a process closed (the suite's, or an
+    embedder's) kept its objects, an in-process engine's gigabyte of weights among them, for good."""
+
+    class Node:  # an object in a reference cycle, alive while the gateway starts (as its own objects are)
+        def __init__(self) -> None:
+            self.me = self
+
+    node = Node()
+    gone = weakref.ref(node)
+    gw = gateway(server, tmp_path)
+    await gw.start()
+    try:
+        assert gc.get_freeze_count() > 0
+    finally:
+        await gw.close()
+    del node
+    gc.collect()
+    assert gone() is None  # before the fix: frozen, never collected

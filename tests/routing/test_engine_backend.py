@@ -98,3 +98,32 @@ async def test_a_total_timeout_is_a_504(local: InProcessEngineBackend) -> None:
     assert local.engine is not None
     stats = local.engine.stats()
     assert stats.num_free_blocks == stats.num_total_blocks  # the timed-out request was aborted
+
+
+async def test_a_closed_engine_backend_lets_go_of_its_engine() -> None:
+    """A backend retired by a policy reload closes while the gateway and its registry live on, with the
+    engine frozen by start-up's gc.freeze (never seen by the cycle collector): the engine's weights and KV
+    cache must be freed by reference counting alone, whoever still holds the closed backend."""
+    import gc
+    import weakref
+
+    metrics = Metrics()
+    config = BackendConfig(name="local", type="engine", model=MODEL,
+                           options={"kv_cache_memory": "32MiB", "num_threads": 1, "max_num_seqs": 8})
+    backend = InProcessEngineBackend(config, metrics)
+    await backend.start()
+    assert (await backend.chat(HELLO, T))["usage"]["completion_tokens"] == 6
+    assert backend.engine is not None
+    gone = weakref.ref(backend.engine.engine)  # the LLMEngine: weights and KV cache
+    gc.collect()
+    gc.freeze()
+    try:
+        await backend.close()
+        # before the fix: held by the registry's stats collector and by the backend's OpenAI layer
+        assert gone() is None
+        assert "engine_generation_tokens_total" not in metrics.render().decode()
+        with pytest.raises(BackendError) as stopped:
+            await backend.chat(HELLO, T)
+        assert (stopped.value.status, stopped.value.body["error"]["code"]) == (503, "engine_stopped")
+    finally:
+        gc.unfreeze()
