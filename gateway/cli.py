@@ -95,7 +95,18 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if embedded is not None:
             embedded.stop()
+    _exit_now(0)
     return 0
+
+
+def _exit_now(code: int) -> None:
+    """End the process once shutdown is done, skipping interpreter finalisation: native threads of torch,
+    onnxruntime and triton still alive then can abort it (SIGABRT), and a supervisor would read a clean stop as
+    a crash. Everything the gateway owns is closed by now; only buffered output is left to flush."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run_worker(policy_path: str, watch: str | None, redis_url: str, host: str, port: int, reuse_port: bool) -> None:

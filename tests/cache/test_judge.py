@@ -31,7 +31,7 @@ backends:
 routes:
   - match: {{model: fake-model}}
     backends: [up]
-    cache: {{exact: {{ttl: 60}}, semantic: {{threshold: 0.99, ttl: 60, verify: false, judge: {judge}}}}}
+    cache: {{exact: {{ttl: 60}}, semantic: {{threshold: 0.99, ttl: 60, verify: false, max_wrong: null, judge: {judge}}}}}
 """
 
 

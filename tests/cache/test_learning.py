@@ -225,8 +225,8 @@ def test_the_budget_stays_shut_when_checked_answers_disagree(fake_openai, serve_
     assert stats["disagreed"] >= 10 and stats["wrong_bound"] > 0.01
 
 
-def test_stats_report_the_learning_per_route(gw) -> None:
-    fake, srv = gw
+def test_stats_report_the_learning_per_route(fake_openai, serve_gateway) -> None:
+    fake, srv = start(fake_openai, serve_gateway, "{threshold: 0.8}")  # the defaults: max_wrong 0.01
     raw_ask(srv, STORED)
     settle(srv)
     import httpx
