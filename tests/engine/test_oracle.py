@@ -34,7 +34,8 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def engine() -> LLMEngine:
     torch.set_num_threads(1)
-    return LLMEngine(EngineConfig(num_threads=1))
+    # 96 MiB: the batch and its cached prefixes fit with room to spare; the default 256 MiB adds to the peak
+    return LLMEngine(EngineConfig(num_threads=1, kv_cache_memory=96 * 2**20))
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,8 @@ def test_prefix_cache_hits_match_hf(engine: LLMEngine, prompts, reference) -> No
 
 
 def test_chunked_prefill_matches_hf(prompts, reference) -> None:
-    chunked = LLMEngine(EngineConfig(num_threads=1, max_num_batched_tokens=24, enable_prefix_caching=False))
+    chunked = LLMEngine(EngineConfig(num_threads=1, max_num_batched_tokens=24, enable_prefix_caching=False,
+                                     kv_cache_memory=96 * 2**20))
     assert _run(chunked, prompts) == reference
 
 
@@ -120,6 +122,6 @@ def test_preemption_and_recompute_match_hf(prompts, reference) -> None:
 def test_plain_torch_path_matches_hf(prompts, reference) -> None:
     """Without the C kernels (decode attention, fused add + norm) and without packed oneDNN weights: the
     pure-torch path a machine without a compiler or oneDNN runs."""
-    plain = LLMEngine(EngineConfig(num_threads=1, c_kernels=False, pack_weights=False))
+    plain = LLMEngine(EngineConfig(num_threads=1, c_kernels=False, pack_weights=False, kv_cache_memory=64 * 2**20))
     assert plain.runner.decode_kernel is None
     assert _run(plain, prompts[:3]) == reference[:3]

@@ -25,19 +25,23 @@ def spec_engine(**kw) -> LLMEngine:
 
 
 @pytest.fixture(scope="module")
-def base() -> LLMEngine:
+def plain_decoding() -> tuple[list[list[int]], list[list[int]]]:
+    """The prompts and plain decoding's greedy tokens; the plain engine (a gigabyte with its packed weights)
+    is dropped once they are known, not kept under every speculating engine of the module."""
     torch.set_num_threads(1)
-    return LLMEngine(EngineConfig(num_threads=1, kv_cache_memory=16 * 2**20))
+    base = LLMEngine(EngineConfig(num_threads=1, kv_cache_memory=16 * 2**20))
+    prompts = [base.tokenizer.apply_chat_template([{"role": "user", "content": c}]) for c in CHATS]
+    return prompts, [r.token_ids for r in base.generate(prompts, GREEDY)]
 
 
 @pytest.fixture(scope="module")
-def prompts(base: LLMEngine) -> list[list[int]]:
-    return [base.tokenizer.apply_chat_template([{"role": "user", "content": c}]) for c in CHATS]
+def prompts(plain_decoding) -> list[list[int]]:
+    return plain_decoding[0]
 
 
 @pytest.fixture(scope="module")
-def reference(base: LLMEngine, prompts) -> list[list[int]]:
-    return [r.token_ids for r in base.generate(prompts, GREEDY)]
+def reference(plain_decoding) -> list[list[int]]:
+    return plain_decoding[1]
 
 
 @pytest.fixture(scope="module")
