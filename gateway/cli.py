@@ -95,14 +95,17 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if embedded is not None:
             embedded.stop()
-    _exit_now(0)
     return 0
 
 
+def entry() -> None:
+    """The `llm-gateway` command: main(), then the process ends without interpreter finalisation: native
+    threads of torch, onnxruntime and triton still alive then can abort it (SIGABRT), and a supervisor would
+    read a clean stop as a crash. Everything the gateway owns is closed by then."""
+    _exit_now(main())
+
+
 def _exit_now(code: int) -> None:
-    """End the process once shutdown is done, skipping interpreter finalisation: native threads of torch,
-    onnxruntime and triton still alive then can abort it (SIGABRT), and a supervisor would read a clean stop as
-    a crash. Everything the gateway owns is closed by now; only buffered output is left to flush."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -195,4 +198,4 @@ def run_workers(args: argparse.Namespace, policy_path: str, watch: str | None, r
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
