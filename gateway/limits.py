@@ -53,6 +53,11 @@ return n
 """
 
 
+
+def tenant_tag(tenant: str) -> str:
+    """The hash tag of a tenant's keys: its rate limits, budgets and usage share one Redis Cluster slot."""
+    return f"{{llmgw:{tenant}}}"
+
 class LocalWindow:
     """One tenant's requests admitted and tokens charged by this process in one window."""
 
@@ -80,7 +85,7 @@ class RateLimiter:
     @staticmethod
     def _keys(tenant: str, now: float) -> tuple[str, str, float]:
         window = int(now // WINDOW_S)
-        tag = f"{{llmgw:{tenant}}}"
+        tag = tenant_tag(tenant)
         return f"{tag}:rpm:{window}", f"{tag}:tpm:{window}", (window + 1) * WINDOW_S - now
 
     def _window(self, tenant: str, now: float) -> LocalWindow:

@@ -20,9 +20,6 @@ MAX_CHARS = 1500  # compared and embedded: answers are judged on their opening, 
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?\d+(?:[,\u00a0]\d{3})*(?:\.\d+)?(?:\s?[kK]\b)?")
 _CODE = re.compile(r"(?<!\w)(?:--?[a-zA-Z][\w-]*|\w+[~^]\d*|\w+\(\)|\.\w{2,4}\b)")  # --soft, HEAD~1, len(), .csv
 _NAME = re.compile(r"\b(?:[A-Z][a-zA-Z0-9]*[A-Z0-9][a-zA-Z0-9]*|[A-Z][a-z]+(?:[A-Z][a-z]+)+)\b")  # USPS, iOS17, PayPal
-_NO = re.compile(r"\b(?:no|not|never|cannot|can't|can not|don't|doesn't|isn't|aren't|won't|shouldn't|mustn't|"
-                 r"without|nicht|kein|keine|nein|pas|non|jamais|nunca|não)\b|不|没|別|别|勿", re.IGNORECASE)
-
 
 def fact_text(completion: dict) -> str:
     """The text an answer states: the first choice's content, or its tool calls, as plain text."""
@@ -88,14 +85,22 @@ def _opening_polarity(text: str) -> bool | None:
     return None
 
 
-def answers_agree(a: str, b: str, va: np.ndarray | None, vb: np.ndarray | None) -> tuple[bool, str]:
-    """(agree, why) for two answer texts and their unit-length embeddings (None: facts only)."""
+def by_facts(a: str, b: str) -> tuple[bool, str] | None:
+    """(agree, why) when the texts alone decide (equal, or stating other facts); None when the meaning must."""
     if " ".join(a.split()).lower() == " ".join(b.split()).lower():
         return True, "equal"
     differ = facts_differ(a, b)
-    if differ is not None:
-        return False, differ
-    if va is None or vb is None:
-        return True, "facts"
-    cosine = float(np.dot(va, vb))
-    return (True, "meaning") if cosine >= AGREE_COSINE else (False, "meaning")
+    return None if differ is None else (False, differ)
+
+
+def by_meaning(va: np.ndarray, vb: np.ndarray) -> tuple[bool, str]:
+    """(agree, why) from the answers' unit-length embeddings."""
+    return float(np.dot(va, vb)) >= AGREE_COSINE, "meaning"
+
+
+def answers_agree(a: str, b: str, va: np.ndarray | None, vb: np.ndarray | None) -> tuple[bool, str]:
+    """(agree, why) for two answer texts and their embeddings (None: facts only)."""
+    decided = by_facts(a, b)
+    if decided is not None:
+        return decided
+    return (True, "facts") if va is None or vb is None else by_meaning(va, vb)

@@ -1,5 +1,5 @@
-"""Cache reads pipelined on one Redis connection, for the hot path of hits: exact GETs and the HGET of a
-semantic hit's completion.
+"""Cache reads pipelined on one Redis connection, for the hot path of hits: exact GETs and the HMGET of a
+semantic hit's completion and evidence.
 
 A redis-py asyncio GET costs tens of microseconds of Python (pool checkout, command packing, parser, retry
 wrapper, release). Under load on one core that is a large share of an exact hit, and it queues: a lookup that
@@ -145,10 +145,6 @@ class LeanGet:
     async def get(self, key: str) -> bytes | None:
         """GET key. Raises redis ConnectionError/ResponseError like redis-py, so RedisGuard treats it alike."""
         return await self._request(_command(b"GET", key.encode()))
-
-    async def hget(self, key: str, field: bytes) -> bytes | None:
-        """HGET key field (a semantic hit's completion), with GET's errors."""
-        return await self._request(_command(b"HGET", key.encode(), field))
 
     async def hmget(self, key: str, *fields: bytes) -> list[bytes | None]:
         """HMGET key field... (a semantic hit's completion and what was learned of it), with GET's errors."""

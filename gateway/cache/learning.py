@@ -29,6 +29,12 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from gateway.redis_guard import RedisGuard
 
 BANDS = (0.85, 0.90, 0.95)  # band edges: [.., 0.85), [0.85, 0.90), [0.90, 0.95), [0.95, 1]
 PRIOR_WEIGHT = 100.0  # pseudo-observations behind the prior: its bound is over the budget until answers are checked
@@ -77,30 +83,24 @@ def _float(value: object) -> float | None:
 
 @dataclass(slots=True)
 class Counts:
-    """Would-be hits per band observed right or wrong, would-be hits served, explorations (this route)."""
+    """A route's counts as kept in its Redis hash, one field each: `r<band>` / `w<band>` would-be hits checked
+    right / wrong, `s<band>` hits served, `repeats` near repeats served, `explored`."""
 
-    right: list[float] = field(default_factory=lambda: [0.0] * (len(BANDS) + 1))
-    wrong: list[float] = field(default_factory=lambda: [0.0] * (len(BANDS) + 1))
-    served: list[float] = field(default_factory=lambda: [0.0] * (len(BANDS) + 1))
-    explored: float = 0.0
-    repeats: float = 0.0  # near repeats served (never explored: taken as right)
+    values: dict[str, float] = field(default_factory=dict)
 
-    def fields(self) -> dict[str, float]:
-        out = {"explored": self.explored, "repeats": self.repeats}
-        for b in range(len(BANDS) + 1):
-            out[f"r{b}"], out[f"w{b}"], out[f"s{b}"] = self.right[b], self.wrong[b], self.served[b]
-        return out
+    def add(self, name: str, n: float = 1.0) -> None:
+        self.values[name] = self.values.get(name, 0.0) + n
+
+    def get(self, name: str) -> float:
+        return self.values.get(name, 0.0)
+
+    def merge(self, other: Counts) -> None:
+        for name, n in other.values.items():
+            self.add(name, n)
 
     @classmethod
     def parse(cls, raw: dict) -> Counts:
-        counts = cls()
-        get = {(k.decode() if isinstance(k, bytes) else k): _float(v) or 0.0 for k, v in raw.items()}
-        counts.explored = get.get("explored", 0.0)
-        counts.repeats = get.get("repeats", 0.0)
-        for b in range(len(BANDS) + 1):
-            counts.right[b], counts.wrong[b], counts.served[b] = get.get(f"r{b}", 0.0), get.get(f"w{b}", 0.0), \
-                get.get(f"s{b}", 0.0)
-        return counts
+        return cls({(k.decode() if isinstance(k, bytes) else k): _float(v) or 0.0 for k, v in raw.items()})
 
 
 def wrong_rate(right: float, wrong: float, max_wrong: float) -> tuple[float, float]:
@@ -123,19 +123,19 @@ class RouteLearning:
     shared: Counts = field(default_factory=Counts)  # the route's totals as last read from Redis
     synced_at: float = 0.0
 
-    def total(self, kind: str, b: int) -> float:
-        return getattr(self.shared, kind)[b] + getattr(self.local, kind)[b]
+    def total(self, name: str) -> float:
+        return self.shared.get(name) + self.local.get(name)
 
     def observed(self, b: int) -> float:
-        return self.total("right", b) + self.total("wrong", b)
+        return self.total(f"r{b}") + self.total(f"w{b}")
 
     def band(self, b: int, max_wrong: float) -> tuple[float, float]:
-        return wrong_rate(self.total("right", b), self.total("wrong", b), max_wrong)
+        return wrong_rate(self.total(f"r{b}"), self.total(f"w{b}"), max_wrong)
 
     def estimate(self, max_wrong: float) -> tuple[float, float]:
         """The route's wrong rate among served hits: each band's estimate weighted by what it served."""
-        weights = [self.total("served", b) for b in range(len(BANDS) + 1)]
-        total = sum(weights) + self.shared.repeats + self.local.repeats  # near repeats: none wrong
+        weights = [self.total(f"s{b}") for b in range(len(BANDS) + 1)]
+        total = sum(weights) + self.total("repeats")  # near repeats: none wrong
         if not total:
             return wrong_rate(0, 0, max_wrong)
         bands = [self.band(b, max_wrong) for b in range(len(BANDS) + 1)]
@@ -159,10 +159,6 @@ def decide(route: RouteLearning, similarity: float, evidence: Evidence, max_wron
     thin = route.observed(band) < MIN_OBSERVED
     share = 1.0 if thin else min(1.0, max(0.0, (bound - 0.9 * max_wrong) / (0.1 * max_wrong)))
     return "explore" if rng.random() < floor + (cap - floor) * share else "serve"
-
-
-def stale(route: RouteLearning) -> bool:
-    return time.monotonic() - route.synced_at >= SYNC_EVERY_S
 
 
 @dataclass(slots=True)
@@ -191,13 +187,12 @@ return 1
 class Learner:
     """Per-route counts (local increments, shared totals in Redis) and per-entry evidence writes."""
 
-    def __init__(self, redis: object, guard: object, seed: int | None = None) -> None:
+    def __init__(self, redis: aioredis.Redis, guard: RedisGuard, seed: int | None = None) -> None:
         self._redis = redis
         self._guard = guard
         self.routes: dict[str, RouteLearning] = {}
         self.rng = random.Random(seed)
-        self._keep = redis.register_script(_KEEP)  # type: ignore[attr-defined]
-        self._syncing: set[str] = set()
+        self._keep = redis.register_script(_KEEP)
 
     def route(self, name: str) -> RouteLearning:
         route = self.routes.get(name)
@@ -205,14 +200,20 @@ class Learner:
             route = self.routes[name] = RouteLearning()
         return route
 
+    def sync_due(self, name: str) -> bool:
+        """Whether the route's counts are due to be shared (at most every SYNC_EVERY_S); marks them begun."""
+        route = self.route(name)
+        now = time.monotonic()
+        if now - route.synced_at < SYNC_EVERY_S:
+            return False
+        route.synced_at = now
+        return True
+
     def served(self, name: str, similarity: float) -> None:
-        if similarity >= NEAR_REPEAT:
-            self.route(name).local.repeats += 1
-        else:
-            self.route(name).local.served[band_of(similarity)] += 1
+        self.route(name).local.add("repeats" if similarity >= NEAR_REPEAT else f"s{band_of(similarity)}")
 
     def explored(self, name: str) -> None:
-        self.route(name).local.explored += 1
+        self.route(name).local.add("explored")
 
     async def record(self, name: str, probe: Probe, agree: bool, key: str) -> None:
         """One outcome: the entry's evidence in its own hash, the route's band counts for would-be hits."""
@@ -223,39 +224,28 @@ class Learner:
             await self._guard.call(lambda: self._keep(keys=[key], args=["hi", f"{probe.similarity:.6f}", "max"]),
                                    key=key)
         if probe.verified:  # would-be hits, and verified look-alikes below the threshold (pessimistic for band 0)
-            counts = self.route(name).local
-            (counts.right if agree else counts.wrong)[band_of(probe.similarity)] += 1
+            self.route(name).local.add(f"{'r' if agree else 'w'}{band_of(probe.similarity)}")
 
     async def sync(self, name: str, stats_key: str) -> None:
-        """Add this process's increments to the route's totals in Redis and read the totals back."""
-        if name in self._syncing:
-            return
-        self._syncing.add(name)
+        """Add this process's increments to the route's totals in Redis and read the totals back. Increments
+        are atomic, so syncs that overlap (Redis slower than SYNC_EVERY_S) each add their own share."""
         route = self.route(name)
         pending, route.local = route.local, Counts()
-        try:
-            async def write() -> list:
-                pipe = self._redis.pipeline(transaction=True)  # type: ignore[attr-defined]
-                for fname, value in pending.fields().items():
-                    if value:
-                        pipe.hincrbyfloat(stats_key, fname, value)
-                pipe.expire(stats_key, STATS_TTL_S)
-                pipe.hgetall(stats_key)
-                return await pipe.execute()
 
-            replies = await self._guard.call(write, key=stats_key)  # type: ignore[attr-defined]
-            route.shared = Counts.parse(replies[-1])
-            route.synced_at = time.monotonic()
-        except Exception:  # Redis away: keep the increments for the next sync
-            for kind in ("right", "wrong", "served"):
-                for b, value in enumerate(getattr(pending, kind)):
-                    getattr(route.local, kind)[b] += value
-            route.local.explored += pending.explored
-            route.local.repeats += pending.repeats
-            route.synced_at = time.monotonic()
+        async def write() -> list:
+            pipe = self._redis.pipeline(transaction=True)
+            for field_name, n in pending.values.items():
+                pipe.hincrbyfloat(stats_key, field_name, n)
+            pipe.expire(stats_key, STATS_TTL_S)
+            pipe.hgetall(stats_key)
+            return await pipe.execute()
+
+        try:
+            replies = await self._guard.call(write, key=stats_key)
+        except Exception:  # Redis away: the increments wait for the next sync
+            route.local.merge(pending)
             raise
-        finally:
-            self._syncing.discard(name)
+        route.shared = Counts.parse(replies[-1])
 
     def stats(self, max_wrong: dict[str, float]) -> dict[str, dict]:
         out = {}
@@ -264,19 +254,18 @@ class Learner:
             if budget is None:
                 continue
             estimate, bound = route.estimate(budget)
-            total = {kind: sum(route.total(kind, b) for b in range(len(BANDS) + 1))
-                     for kind in ("served", "right", "wrong")}
-            total["served"] += route.shared.repeats + route.local.repeats
+            bands = range(len(BANDS) + 1)
+            wrong = sum(route.total(f"w{b}") for b in bands)
             out[name] = {
                 "max_wrong": budget,
-                "explored": int(route.shared.explored + route.local.explored),
-                "served": int(total["served"]),
-                "observed": int(total["right"] + total["wrong"]),
-                "disagreed": int(total["wrong"]),
+                "explored": int(route.total("explored")),
+                "served": int(sum(route.total(f"s{b}") for b in bands) + route.total("repeats")),
+                "observed": int(sum(route.observed(b) for b in bands)),
+                "disagreed": int(wrong),
                 "wrong_estimate": round(estimate, 5),
                 "wrong_bound": round(bound, 5),
-                "bands": [{"from": ([0.0, *BANDS])[b], "served": int(route.total("served", b)),
-                           "right": int(route.total("right", b)), "wrong": int(route.total("wrong", b)),
-                           "bound": round(route.band(b, budget)[1], 5)} for b in range(len(BANDS) + 1)],
+                "bands": [{"from": ([0.0, *BANDS])[b], "served": int(route.total(f"s{b}")),
+                           "right": int(route.total(f"r{b}")), "wrong": int(route.total(f"w{b}")),
+                           "bound": round(route.band(b, budget)[1], 5)} for b in bands],
             }
         return out

@@ -225,17 +225,21 @@ class SemanticCache:
             return Outcome("hit", vector, completion, score, evidence=evidence,
                            probe=Probe(ns, meta.entry_id, score, "explore", True, completion))
         missed = found
+        probe: Probe | None = None
         if learn and band:  # the nearest verified look-alike below the threshold: served on its own evidence
             meta, score = band[0]
-            near = await self._first_stored(ns, [(meta, score)], need="right")
-            if not isinstance(near, str):
-                return Outcome("hit", vector, near[2], score, evidence=near[3],
-                               probe=Probe(ns, meta.entry_id, score, "explore", True, near[2]))
-            probe: Probe | None = Probe(ns, meta.entry_id, score, "near", True, None)
+            read = await self._read(ns, meta)
+            if not isinstance(read, str):
+                completion, evidence = read
+                verdict = evidence.verdict(score)
+                if verdict == "right":
+                    self._touch(ns, meta)
+                    return Outcome("hit", vector, completion, score, evidence=evidence,
+                                   probe=Probe(ns, meta.entry_id, score, "explore", True, completion))
+                if verdict is None:  # compared with the fresh answer after this miss, without reading it again
+                    probe = Probe(ns, meta.entry_id, score, "near", True, completion)
         elif learn and turned_down is not None:
             probe = Probe(ns, turned_down[0].entry_id, turned_down[1], "near", False, None)
-        else:
-            probe = None
         if judge is not None and band:
             live_calls = 0
             for meta, score in band:
@@ -256,41 +260,45 @@ class SemanticCache:
             return Outcome("error", vector, reason=rejected)
         return Outcome("rejected" if rejected else "miss", vector, reason=rejected, probe=probe)
 
-    async def _first_stored(self, ns: str, accepted: list[tuple[EntryMeta, float]], need: str | None = None,
+    async def _first_stored(self, ns: str, accepted: list[tuple[EntryMeta, float]],
                             ) -> tuple[EntryMeta, float, dict, Evidence] | str:
         """The first accepted candidate whose completion is still in Redis (recording the use for the LRU) and
-        whose own evidence does not rule it out ("wrong" at its similarity; with `need`, anything else than
-        that verdict). Without one, the lookup's result: "error" when a candidate read back was not an answer
-        the gateway stores, else "miss"."""
-        timings = self.worker.timings
+        whose own evidence does not say it is wrong at its similarity. Without one, the lookup's result:
+        "error" when a candidate read back was not an answer the gateway stores, else "miss"."""
         missed = "miss"
         for meta, score in accepted:
-            key = ks.semantic_entry(ns, meta.entry_id)
-            t1 = time.perf_counter()
-            row = await self._fetch(key)
-            timings.fetch_s += time.perf_counter() - t1
-            timings.fetched += 1
-            raw = row[0] if row else None
-            if raw is None:  # expired or evicted elsewhere before its event reached us
-                self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
+            read = await self._read(ns, meta)
+            if isinstance(read, str):
+                missed = "error" if read == "error" else missed
                 continue
-            completion = _completion(raw)
-            if completion is None:
-                # Another program's value, or one cut short: replayed it would be a 500 or an answer with no
-                # choices. A missing entry, then, dropped here so it is neither read nor logged again; a store
-                # of the same question writes over it.
-                log.warning("semantic cache: entry %s of namespace %s holds no answer the gateway stores; "
-                            "a miss, dropped from this process's index", meta.entry_id, ns)
-                self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
-                missed = "error"
-                continue
-            evidence = Evidence.parse(row[1], row[2])
-            verdict = evidence.verdict(score)
-            if verdict == "wrong" or (need is not None and verdict != need):
+            completion, evidence = read
+            if evidence.verdict(score) == "wrong":
                 continue
             self._touch(ns, meta)
             return meta, score, completion, evidence
         return missed
+
+    async def _read(self, ns: str, meta: EntryMeta) -> tuple[dict, Evidence] | str:
+        """An entry's completion and evidence, or "miss" (gone) / "error" (not an answer the gateway stores)."""
+        timings = self.worker.timings
+        t1 = time.perf_counter()
+        row = await self._fetch(ks.semantic_entry(ns, meta.entry_id))
+        timings.fetch_s += time.perf_counter() - t1
+        timings.fetched += 1
+        raw = row[0] if row else None
+        if raw is None:  # expired or evicted elsewhere before its event reached us
+            self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
+            return "miss"
+        completion = _completion(raw)
+        if completion is None:
+            # Another program's value, or one cut short: replayed it would be a 500 or an answer with no
+            # choices. A missing entry, then, dropped here so it is neither read nor logged again; a store
+            # of the same question writes over it.
+            log.warning("semantic cache: entry %s of namespace %s holds no answer the gateway stores; "
+                        "a miss, dropped from this process's index", meta.entry_id, ns)
+            self.spawn(self.worker.run(self.worker.indexes.remove, meta.entry_id))
+            return "error"
+        return completion, Evidence.parse(row[1], row[2])
 
     async def has_entry(self, ns: str, eid: str) -> bool:
         """Whether Redis holds the entry (the local index may not have seen its event yet)."""

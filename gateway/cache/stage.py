@@ -27,13 +27,13 @@ from prometheus_client import Gauge, Histogram
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.cache import keyspace as ks
-from gateway.cache.agreement import answers_agree, fact_text
+from gateway.cache.agreement import by_facts, by_meaning, fact_text
 from gateway.cache.embedder import DIM, shared_embedder
 from gateway.cache.exact import ExactCache, Stored, parse_namespace_member, replayable, storable
 from gateway.cache.judge import Judge, JudgeMetrics, VerdictCache
 from gateway.cache.keys import SemanticQuery, exact_key, is_deterministic, namespace_id, semantic_query
-from gateway.cache.learning import Learner, Probe, decide, stale
-from gateway.cache.semantic import SemanticCache, entry_id
+from gateway.cache.learning import Learner, Probe, decide
+from gateway.cache.semantic import Outcome, SemanticCache, entry_id
 from gateway.cache.verifier import REASONS as VERIFIER_REASONS
 from gateway.cache.window import MAX_CHARS, last_message_chars
 from gateway.cache.worker import SemanticWorker
@@ -375,7 +375,7 @@ class CacheStage:
         ctx.response_headers["X-Cache-Similarity"] = f"{outcome.similarity:.4f}"
         return outcome.completion
 
-    def _budget(self, ctx: RequestContext, lookup: CacheLookup, outcome: Any) -> str:
+    def _budget(self, ctx: RequestContext, lookup: CacheLookup, outcome: Outcome) -> str:
         """The lookup's result under the route's error budget: a would-be hit is served, explored or held
         (both go upstream and are compared); a miss keeps its nearest look-alike to compare."""
         semantic = lookup.config.semantic
@@ -405,8 +405,7 @@ class CacheStage:
 
     def _sync_soon(self, route: str) -> None:
         """Share this process's counts and read the route's totals, at most once a second, off the request."""
-        if stale(self.learner.route(route)):
-            self.learner.route(route).synced_at = time.monotonic()
+        if self.learner.sync_due(route):
             self.semantic.spawn(self._sync(route))
 
     async def _sync(self, route: str) -> None:
@@ -427,8 +426,11 @@ class CacheStage:
             fresh_text, cached_text = fact_text(completion), fact_text(cached)
             if not fresh_text or not cached_text:
                 return
-            va, vb = await self.worker.embed(cached_text), await self.worker.embed(fresh_text)
-            agree, _why = answers_agree(cached_text, fresh_text, va, vb)
+            verdict = by_facts(cached_text, fresh_text)
+            if verdict is None:  # only then is the meaning needed: both texts go to the embedder together
+                va, vb = await asyncio.gather(self.worker.embed(cached_text), self.worker.embed(fresh_text))
+                verdict = by_meaning(va, vb) if va is not None and vb is not None else (True, "facts")
+            agree = verdict[0]
             await self.learner.record(route, probe, agree, ks.semantic_entry(probe.ns, probe.entry_id))
             self._learned.labels(route, probe.kind, "right" if agree else "wrong").inc()
         except Exception as e:  # learning must never fail anything: count nothing, log what is not Redis

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 from gateway.errors import GatewayError
+from gateway.limits import tenant_tag
 from gateway.redis_guard import RedisGuard, RedisUnavailable
 from gateway.usage.ledger import NANO
 
@@ -88,7 +89,7 @@ class Budgets:
 
     @staticmethod
     def _keys(tenant: str, day: str, month: str) -> list[str]:
-        tag = f"{{llmgw:{tenant}}}"
+        tag = tenant_tag(tenant)
         return [f"{tag}:usd:d:{day}", f"{tag}:usd:m:{month}"]
 
     @staticmethod

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.limits import tenant_tag
 from gateway.redis_guard import RedisGuard, RedisUnavailable
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ Counts = dict[str, int]  # field (JSON) -> increment
 
 
 def hour_key(tenant: str, hour: int) -> str:
-    return f"{{llmgw:{tenant}}}:usage:{hour}"
+    return f"{tenant_tag(tenant)}:usage:{hour}"
 
 
 class UsageStore:

@@ -47,8 +47,8 @@ def test_tls_clients_keep_redis_py() -> None:
     assert LeanGet.for_client(aioredis.Redis.from_url("rediss://127.0.0.1:1")) is None
 
 
-def test_hget_reads_a_field_in_order_with_gets(redis_url: str) -> None:
-    """A semantic hit's completion read (HGET) shares the pipelined connection with exact GETs."""
+def test_hmget_reads_fields_in_order_with_gets(redis_url: str) -> None:
+    """A semantic hit's read (HMGET of its completion and evidence) shares the pipelined connection with GETs."""
     sync = redis.Redis.from_url(redis_url)
     sync.hset("entry", mapping={"c": b"completion", "v": b"vector"})
     sync.set("plain", "value")
@@ -58,11 +58,11 @@ def test_hget_reads_a_field_in_order_with_gets(redis_url: str) -> None:
         lean = LeanGet.for_client(client)
         assert lean is not None
         try:
-            values = await asyncio.gather(lean.hget("entry", b"c"), lean.get("plain"), lean.hget("entry", b"m"),
-                                          lean.hget("gone", b"c"), lean.hget("entry", b"v"))
-            assert values == [b"completion", b"value", None, None, b"vector"]
+            values = await asyncio.gather(lean.hmget("entry", b"c"), lean.get("plain"), lean.hmget("entry", b"m"),
+                                          lean.hmget("gone", b"c"), lean.hmget("entry", b"v", b"c"))
+            assert values == [[b"completion"], b"value", [None], [None], [b"vector", b"completion"]]
             with pytest.raises(ResponseError):
-                await lean.hget("plain", b"c")  # wrong type: an error reply, as redis-py raises it
+                await lean.hmget("plain", b"c")  # wrong type: an error reply, as redis-py raises it
         finally:
             lean.close()
             await client.aclose()

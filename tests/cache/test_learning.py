@@ -23,28 +23,15 @@ from gateway.cache.learning import (
     wrong_rate,
 )
 from gateway.config.errors import PolicyErrors
-from tests.cache.gateway_helpers import client, semantic_ready, settle, stage
+from tests.cache.gateway_helpers import client, policy, semantic_ready, settle, stage
 
 STORED = "How do I reset my password?"
 LOOK_ALIKE = "What are the steps to reset my password?"  # verified, below the near-repeat line
 
 
-def learning_policy(upstream: str, semantic: str) -> str:
-    return f"""
-tenants:
-  - {{name: team-a, api_keys: [key-a]}}
-backends:
-  up: {{type: openai, base_url: "{upstream}/v1", api_key: sk-up}}
-routes:
-  - match: {{model: fake-model}}
-    backends: [up]
-    cache: {{exact: false, semantic: {semantic}}}
-"""
-
-
 def start(fake_openai, serve_gateway, semantic: str, redis: str | None = None):
     fake, up = fake_openai
-    srv = serve_gateway(learning_policy(up.url, semantic), redis=redis)
+    srv = serve_gateway(policy(up.url, cache=f"{{exact: false, semantic: {semantic}}}"), redis=redis)
     semantic_ready(srv)
     return fake, srv
 
@@ -115,9 +102,9 @@ def test_decide_serves_near_repeats_holds_over_budget_and_explores_thin_bands() 
     nothing = Evidence()
     assert decide(route, 0.99, nothing, 0.01, 0.0, 1.0, rng) == "serve"  # a near repeat
     assert decide(route, 0.90, nothing, 0.01, 0.0, 1.0, rng) == "hold"  # no evidence yet
-    route.shared.right[band_of(0.90)] = MIN_OBSERVED - 1  # the band opened, but is still thin: at the cap
+    route.shared.values[f"r{band_of(0.90)}"] = MIN_OBSERVED - 1  # the band opened, but is still thin: at the cap
     assert decide(route, 0.90, nothing, 0.01, 0.0, 1.0, rng) == "explore"
-    route.shared.right[band_of(0.90)] = 5000  # well inside the budget: the floor
+    route.shared.values[f"r{band_of(0.90)}"] = 5000  # well inside the budget: the floor
     assert decide(route, 0.90, nothing, 0.01, 0.0, 1.0, rng) == "serve"
     assert decide(route, 0.90, Evidence(hi=0.92), 0.01, 0.0, 1.0, rng) == "serve"  # (skipped by the lookup)
     assert Evidence(hi=0.92).verdict(0.90) == "wrong" and Evidence(lo=0.85).verdict(0.90) == "right"

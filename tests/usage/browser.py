@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -31,7 +34,8 @@ class Browser:
         self._proc = await asyncio.create_subprocess_exec(
             *[chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
              "--remote-debugging-port=0", f"--user-data-dir={self._dir.name}", "--window-size=1280,1100",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # type: ignore[list-item]
+             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,  # type: ignore[list-item]
+            start_new_session=True)  # its own process group: the renderers and helpers end with it
         port_file = Path(self._dir.name) / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not port_file.exists() or not port_file.read_text().strip():
@@ -51,8 +55,14 @@ class Browser:
         self._reader.cancel()
         await self._ws.close()
         await self._http.close()
-        self._proc.terminate()
+        # The whole group: a helper still writing into the profile made the directory's removal fail.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGTERM)
         await asyncio.wait_for(self._proc.wait(), 10)
+        for _ in range(50):
+            if not _group_alive(self._proc.pid):
+                break
+            await asyncio.sleep(0.1)
         self._dir.cleanup()
 
     async def _read(self) -> None:
@@ -91,3 +101,11 @@ class Browser:
         """The whole page as a PNG."""
         shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         return base64.b64decode(shot["data"])
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
