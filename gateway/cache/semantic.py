@@ -236,8 +236,9 @@ class SemanticCache:
                     self._touch(ns, meta)
                     return Outcome("hit", vector, completion, score, evidence=evidence,
                                    probe=Probe(ns, meta.entry_id, score, "explore", True, completion))
-                if verdict is None:  # compared with the fresh answer after this miss, without reading it again
-                    probe = Probe(ns, meta.entry_id, score, "near", True, completion)
+                # Compared with the fresh answer after this miss, without reading it again (one already found
+                # wrong is checked again too: each ask is one more labelled observation of its band).
+                probe = Probe(ns, meta.entry_id, score, "near", True, completion)
         elif learn and turned_down is not None:
             probe = Probe(ns, turned_down[0].entry_id, turned_down[1], "near", False, None)
         if judge is not None and band:
