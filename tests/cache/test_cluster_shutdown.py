@@ -163,7 +163,8 @@ async def test_close_ends_a_follower_waiting_for_a_frozen_clusters_slot_map(froz
 
 async def test_cluster_mode_forced_on_a_standalone_server_stops_start_up(redis_url: str) -> None:
     """`mode: cluster` at a server that answers and is no cluster is a configuration error: start-up fails
-    and says so (it used to be read as an unreachable cluster, logged as a warning, and failed open for good)."""
+    and says so, rather than being taken for an unreachable cluster, logged as a warning, and failed open for
+    good."""
     with pytest.raises(RedisClusterException, match="is not a cluster"):
         await asyncio.wait_for(create_redis(redis_url, "cluster", 1.0), BOUND_S)
     assert initialisations() == []

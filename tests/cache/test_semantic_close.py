@@ -80,10 +80,11 @@ async def test_close_ends_a_follower_blocked_in_xread_by_itself(redis_url: str, 
 
 async def test_close_in_the_window_that_lost_a_cancel_leaves_nothing_behind(redis_url: str, worker,
                                                                           monkeypatch, caplog) -> None:
-    """The teardown hang of issue #8. redis-py writes each command in a task of its own under
+    """A close() that must not hang at teardown. redis-py writes each command in a task of its own under
     `asyncio.wait_for`; on Python 3.11 a cancel that lands after that write finished, but before wait_for
-    resumed, is lost (wait_for returns the write's result). The old close() cancelled the follower and the
-    follower read on for good. Here close() starts exactly there: right after the follower's XREAD is written."""
+    resumed, is lost (wait_for returns the write's result), so a close() that only cancelled the follower
+    would leave it reading on for good. Here close() starts exactly there: right after the follower's XREAD
+    is written."""
     from redis.asyncio.connection import AbstractConnection
 
     redis = await create_redis(redis_url, "single", 0.25)

@@ -1,7 +1,7 @@
 """The semantic layer's decision at the route default (threshold and verifier), with the real MiniLM embedder:
-the wrong answers of issue 8 are never served, one trap of each family is turned down, and real rewordings and
-near-repeats are served. Each pair goes through the gateway's path: near-repeat form, embedding, threshold,
-verifier (gateway/cache/calibrate.py)."""
+look-alikes that cosine alone would serve are never served, one trap of each family is turned down, and real
+rewordings and near-repeats are served. Each pair goes through the gateway's path: near-repeat form, embedding,
+threshold, verifier (gateway/cache/calibrate.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ HASH_B = HASH_A[:150] + "".join("0123456789abcdef"[(i * 5 + 1) % 16] for i in ra
     (f"What does this token mean: {HASH_A}", f"What does this token mean: {HASH_B}"),  # both one [UNK]
     (f"Open https://example.com/{HASH_A[180:]}", f"Open https://example.com/{HASH_B[180:]}"),
 ])
-def test_the_wrong_answers_of_the_issue_are_never_served(embedder: MiniLMEmbedder, cached: str, new: str) -> None:
+def test_look_alikes_above_the_threshold_are_never_served(embedder: MiniLMEmbedder, cached: str, new: str) -> None:
     ok, similarity, reason = served(embedder, cached, new)
     assert similarity >= DEFAULT  # cosine alone would serve them
     assert not ok and reason is not None
@@ -151,7 +151,7 @@ def test_terms_exchanged_around_a_relation_are_turned_down(cached: str, new: str
     ("今天上海天气怎么样", "上海今天天气怎么样"),
     ("红烧肉怎么做", "怎么做红烧肉"),
 ])
-def test_reordering_that_keeps_the_meaning_passes_the_verifier(cached: str, new: str) -> None:
+def test_reordering_that_keeps_the_meaning_is_accepted_by_the_verifier(cached: str, new: str) -> None:
     verdict = verify(cached, new)
     assert verdict.ok, verdict.reason
 

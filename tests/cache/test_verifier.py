@@ -74,7 +74,7 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     ("My wife's friends keep criticizing me", "My friends keep criticizing my wife", "order"),
     ("我朋友借了我五百块不还", "我借了我朋友五百块不还", "order"),
     ("他女朋友经常骂他怎么办", "他经常骂他女朋友怎么办", "order"),
-    # common nouns of one kind put one for another in reworded questions (tests/data/verifier_dev.jsonl)
+    # common nouns of one kind put one for another in reworded questions
     ("Can dogs eat grapes?", "Are grapes safe for cats?", "entity"),
     ("Is drinking beer bad for your liver?", "does wine damage the liver?", "entity"),
     ("孕妇可以喝咖啡吗？", "怀孕期间能喝茶吗", "entity"),
@@ -105,7 +105,7 @@ PROBES = Path(__file__).resolve().parent.parent / "data" / "verifier_probes.json
     # the search form "X to Y" reads X as the start when the other text directs Y
     ("How long is the flight to Tokyo from London?", "Tokyo to London flight duration", "order"),
     ("Best route to Denver from Boulder", "Driving Denver to Boulder", "order"),
-    # third pass: a verb that negates its "to" clause; 拒绝 / 缺乏 negate like 不 / 没
+    # a verb that negates its "to" clause; 拒绝 / 缺乏 negate like 不 / 没
     ("What happens if my employer fails to pay overtime?", "What happens when my employer pays overtime?",
      "negation"),
     ("Can the school refuse to give my transcript?", "Can the school give my transcript?", "negation"),
@@ -191,7 +191,7 @@ def test_traps_are_rejected_with_their_reason(a: str, b: str, reason: str) -> No
     ("How many grams of protein are in an egg?", "How much protein, in grams, does an egg have?"),  # "how much"
     ("flight from London to Tokyo", "London to Tokyo flight time"),  # the search form, same direction
     ("What's the best way to store bananas?", "how should bananas be stored to last longer?"),  # infinitives
-    # third pass: the same negating verb on both sides, or its plain negation; 拒绝 as 不
+    # the same negating verb on both sides, or its plain negation; 拒绝 as 不
     ("What if my employer fails to pay overtime?", "What if my employer doesn't pay overtime?"),
     ("Can I decline a job offer after accepting?", "Is it ok to decline a job offer after accepting it?"),
     ("医院拒绝出具诊断证明怎么办？", "医院不出具诊断证明怎么办"),
@@ -234,7 +234,7 @@ def test_chinese_words_holding_a_name_name_nothing(text: str) -> None:
 def test_a_hostile_pair_at_the_window_limit_gets_a_verdict() -> None:
     """The verifier runs on the event loop: every order check caps the terms it pairs, so a pair of texts at
     the embedding window (~254 word pieces) of unique words in reversed order, or 250 Chinese characters
-    reversed, is answered (1.5-8 ms by hand; it was ~0.1-0.2 s), not a timing assertion here."""
+    reversed, is answered (1.5-8 ms by hand), not a timing assertion here."""
     words = sorted(w for w in lx.EN_COMMON_WORDS if w.isalpha() and len(w) > 3)[:250]
     assert len(words) >= 150
     en = "my " + " ".join(words)
@@ -324,8 +324,8 @@ def test_verifier_on_the_holdout_set(labelled) -> None:
     ("Which planet is the third from the sun?", "What is the third planet from the sun?"),
 ])
 def test_titles_and_ranks_of_no_noun_are_wording(a: str, b: str) -> None:
-    """Review of the third pass: a capitalised "X of Y" is one name, not an owner chain; an ordinal before a
-    function word ranks no noun, so it cannot have moved."""
+    """A capitalised "X of Y" is one name, not an owner chain; an ordinal before a function word ranks no
+    noun, so it cannot have moved."""
     assert verify(semantic_text(b), semantic_text(a)).ok
 
 
@@ -338,8 +338,8 @@ def test_titles_and_ranks_of_no_noun_are_wording(a: str, b: str) -> None:
     ("Is Windows compatible with Mac?", "Is Mac compatible with Windows?"),
 ])
 def test_refusals_indispensables_and_reciprocals_are_wording(a: str, b: str) -> None:
-    """Review of the fourth pass: 缺 / 拒 alone negate as 缺乏 / 拒绝 do, 必不可少 / 不可缺少 assert; refuse and
-    decline negate with or without "to"; live / play / fight / argue with hold both ways."""
+    """缺 / 拒 alone negate as 缺乏 / 拒绝 do, 必不可少 / 不可缺少 assert; refuse and decline negate with or
+    without "to"; live / play / fight / argue with hold both ways."""
     assert verify(semantic_text(b), semantic_text(a)).ok
 
 
@@ -349,8 +349,8 @@ def test_refusals_indispensables_and_reciprocals_are_wording(a: str, b: str) -> 
     ("Is Windows compatible with Mac software?", "Is Mac compatible with Windows software?"),
 ])
 def test_lacks_falls_and_modified_reciprocal_terms_are_kept_apart(a: str, b: str) -> None:
-    """The other side of the same mends: 缺 still negates against a text without it, 缺点 is no negation but a
-    qualifier, and a term after "with" that modifies a noun makes the pair a swap."""
+    """The other side of the rules above: 缺 still negates against a text without it, 缺点 is no negation but
+    a qualifier, and a term after "with" that modifies a noun makes the pair a swap."""
     assert not verify(semantic_text(b), semantic_text(a)).ok
 
 
@@ -367,7 +367,6 @@ def test_decline_to_a_figure_is_a_fall(text: str, negated: bool) -> None:
     assert facts(semantic_text(text)).negation_odd is negated
 
 
-# Issue 8, fourth pass: the leaks of tests/data/verifier_dev3.jsonl (written before these rules) in general form.
 @pytest.mark.parametrize(("a", "b", "reason"), [
     # another topic opening a Chinese question that then goes on the same way (MiniLM scores these 0.84-0.99)
     ("爱因斯坦是哪国人？", "牛顿是哪个国家的人？", "entity"),
@@ -375,56 +374,64 @@ def test_decline_to_a_figure_is_a_fall(text: str, negated: bool) -> None:
     # a title in title marks names one work
     ("《红楼梦》的作者是谁？", "《西游记》是谁写的？", "entity"),
     ("《活着》讲了什么", "「围城」讲了什么", "entity"),
-    # the speaker and the listener exchanged
+])
+def test_zh_another_topic_or_title_is_another_entity(a: str, b: str, reason: str) -> None:
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     ("Who owes whom if I paid for your ticket?", "Who owes whom if you paid for my ticket?", "order"),
     ("Should I tell you my password?", "Should you tell me your password?", "order"),
-    # a state or direction particle put for its converse
+    ("Is my answer better than yours?", "Is your answer better than mine?", "order"),  # the owners exchanged
+])
+def test_the_speaker_and_the_listener_exchanged_is_another_question(a: str, b: str, reason: str) -> None:
+    """"I" and "you" (or "my" and "yours") put for each other turn the question round."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     ("Can I use my phone abroad with roaming on?", "Can I use my phone abroad with roaming off?", "order"),
     ("Should I leave the heating on at night?", "Should I leave the heating off at night?", "order"),
-    # a Chinese verb written right against its object, the parties exchanged around it
+    # after other verbs too
+    ("How do I check in?", "How do I check out?", "order"),
+    ("How do I zoom in?", "How do I zoom out?", "order"),
+])
+def test_a_particle_put_for_its_converse_is_another_question(a: str, b: str, reason: str) -> None:
+    """A state or direction particle (on / off, in / out) put for its converse turns the question round."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     ("丈夫能继承妻子的房产吗？", "妻子可以继承丈夫的房子吗？", "order"),
-    # "how many" read in the clause that asks, past a preamble naming both units
+])
+def test_zh_parties_exchanged_around_a_verb_against_its_object(a: str, b: str, reason: str) -> None:
+    """A Chinese verb written right against its object still has the parties on either side of it."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    # past a preamble naming both units
     ("公斤和磅怎么换算，1公斤等于多少磅？", "1磅等于多少公斤？", "order"),
     # the other unit fronted across a comma; a preamble that asks too (the last clause asks)
     ("一斤，等于几公斤", "一公斤等于几斤", "order"),
     ("请问1公斤，是多少斤", "1斤是多少公斤", "order"),
     ("韩元和人民币怎么换算？一万韩元是多少人民币？", "一万人民币是多少韩元？", "order"),  # preamble names both
     ("I know how many ounces in a cup, but how many cups in a pint?", "how many pints in a cup", "order"),
-    # converse particles after other verbs still turn the question round; owners exchanged still do
-    ("How do I check in?", "How do I check out?", "order"),
-    ("How do I zoom in?", "How do I zoom out?", "order"),
-    ("Is my answer better than yours?", "Is your answer better than mine?", "order"),
 ])
-def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
+def test_how_many_is_read_in_the_clause_that_asks(a: str, b: str, reason: str) -> None:
+    """The unit a "how many" asks for is read in the clause that asks, so units swapped there are another
+    question whatever a preamble names."""
     assert verify(b, a) == Verdict(False, reason)
 
 
 @pytest.mark.parametrize(("a", "b"), [
-    # a reworded question keeps its topic; a leading verb, question word or modal is wording
+    # a leading verb, question word or modal is wording
     ("李白是哪个朝代的诗人？", "李白生活在哪个朝代"),
     ("酒店几点可以入住？", "酒店最早什么时候能办入住？"),
     ("申请退款要多久？", "办理退款需要几天"),
     ("怎么查看正在运行的 Docker 容器？", "docker 用什么命令看现在跑着的容器"),
     ("猫可以吃巧克力吗？", "猫能吃巧克力吗"),
     ("怎么申请退款？", "想把钱退回来，要怎么操作？"),
-    # the same title in other marks; the same person on both sides
-    ("《劳动法》规定的试用期最长多久？", "<劳动法>规定的试用期最长多久？"),
-    ("How do I centre a <div>?", "how to center a div"),
-    ("How do I reset my password?", "How do you reset your password?"),
-    ("Can you help me reset my password?", "help me reset my password"),
-    ("公斤和磅怎么换算，1公斤等于多少磅？", "1公斤是几磅"),
-    ("用黄油代替植物油可以吗？", "植物油能用黄油代替吗"),
-    # a destination named with 到, fronted as the topic in the other text
-    ("电脑备份到移动硬盘", "移动硬盘怎么备份电脑"),
-    ("微信聊天记录迁移到新手机", "新手机怎么迁移微信聊天记录"),
-    ("旧手机数据迁移到新手机", "新手机怎么迁移旧手机的数据"),
-    # converse particles that say the same after this verb (British and American "fill in" / "fill out")
-    ("How do I fill in a W-4 form?", "How do I fill out a W-4 form?"),
-    ("How to fill in a tax return", "how to fill out a tax return"),
-    # the speaker and the listener joined by and/or: one group in either order
-    ("Who is smarter, you or me?", "Who is smarter, me or you?"),
-    ("What's the difference between you and me", "What's the difference between me and you"),
-    ("Can you and I be friends", "Can I and you be friends"),
     # time words, forum openers, a topic's second spelling and traditional characters are no other topic
     ("飞机延误了能获得赔偿吗", "航班延误可以要求赔偿吗"),
     ("最近老是失眠该怎么调理", "这段时间总失眠怎么办"),
@@ -433,32 +440,93 @@ def test_dev3_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("小白提问：Python怎么安装库", "新手求助，python怎么装第三方库"),
     ("医生你好，宝宝发烧38度该怎么办", "大夫，孩子烧到38度怎么处理"),
 ])
-def test_dev3_rewordings_pass(a: str, b: str) -> None:
+def test_zh_a_reworded_question_keeps_its_topic(a: str, b: str) -> None:
     assert verify(b, a).ok
 
 
-# Issue 8, sixth pass: leaks of the dev sets in general form (the pairs below are not the dev sets' own).
+@pytest.mark.parametrize(("a", "b"), [
+    # the same title in other marks
+    ("《劳动法》规定的试用期最长多久？", "<劳动法>规定的试用期最长多久？"),
+    ("How do I centre a <div>?", "how to center a div"),
+    # the same person on both sides
+    ("How do I reset my password?", "How do you reset your password?"),
+    ("Can you help me reset my password?", "help me reset my password"),
+])
+def test_a_title_in_other_marks_or_the_same_person_is_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("公斤和磅怎么换算，1公斤等于多少磅？", "1公斤是几磅"),  # the same unit asked for, past a preamble
+    ("用黄油代替植物油可以吗？", "植物油能用黄油代替吗"),  # the same substitute, the other term fronted
+])
+def test_zh_the_same_unit_or_substitute_reworded_is_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("电脑备份到移动硬盘", "移动硬盘怎么备份电脑"),
+    ("微信聊天记录迁移到新手机", "新手机怎么迁移微信聊天记录"),
+    ("旧手机数据迁移到新手机", "新手机怎么迁移旧手机的数据"),
+])
+def test_zh_a_destination_fronted_as_the_topic_is_wording(a: str, b: str) -> None:
+    """A destination named with 到 in one text and fronted as the topic in the other is the same question."""
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("How do I fill in a W-4 form?", "How do I fill out a W-4 form?"),
+    ("How to fill in a tax return", "how to fill out a tax return"),
+])
+def test_converse_particles_that_mean_the_same_after_a_verb_are_wording(a: str, b: str) -> None:
+    """British and American "fill in" / "fill out": converse particles that say the same after this verb."""
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Who is smarter, you or me?", "Who is smarter, me or you?"),
+    ("What's the difference between you and me", "What's the difference between me and you"),
+    ("Can you and I be friends", "Can I and you be friends"),
+])
+def test_the_speaker_and_the_listener_joined_in_either_order_are_wording(a: str, b: str) -> None:
+    """The speaker and the listener joined by and / or are one group in either order."""
+    assert verify(b, a).ok
+
+
 @pytest.mark.parametrize(("a", "b", "reason"), [
-    # a Chinese state said with its opposite character, after a word of degree or change, or as a word
+    # after a word of degree or change, or as a word
     ("米饭为什么煮得太硬", "米饭煮出来太软怎么办", "antonym"),
     ("皮肤越来越干怎么办", "皮肤变得潮湿是什么原因", "antonym"),
     ("眉毛太稀疏怎么办", "眉毛太浓密了怎么修", "antonym"),
     ("老板给我加薪要交多少税", "老板给我降薪要交多少税", "antonym"),
     ("鞋子太紧了怎么办", "鞋子太松了怎么处理", "antonym"),
+])
+def test_zh_a_state_said_with_its_opposite_character_is_an_antonym(a: str, b: str, reason: str) -> None:
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     # "https" is not the plural of "http"
     ("How do I redirect http to https on Apache?", "redirect https to http apache", "order"),
     # "with" after pay / buy names the means: the two sides exchanged are another question
     ("Can I pay my phone bill with a gift card?", "Can I pay my gift card with my phone bill?", "order"),
     # "substitute X for Y" is "use X instead of Y"
     ("Can I substitute honey for sugar?", "Can I use sugar instead of honey?", "order"),
-    # another doer of the same verb, read after the auxiliary
-    ("Can my landlord enter my flat without notice?", "Can I enter my landlord's flat without notice?", "order"),
-    ("Can my school check my phone?", "Can I check my school phone?", "order"),
     # "X of Y" terms exchanged across a direction
     ("How do I turn a string of bytes into a list of integers?", "convert a list of ints into a string of bytes",
      "order"),
 ])
-def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
+def test_terms_exchanged_across_a_direction_or_a_means_are_another_question(a: str, b: str,
+                                                                             reason: str) -> None:
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    ("Can my landlord enter my flat without notice?", "Can I enter my landlord's flat without notice?", "order"),
+    ("Can my school check my phone?", "Can I check my school phone?", "order"),
+])
+def test_another_doer_after_the_auxiliary_is_another_question(a: str, b: str, reason: str) -> None:
+    """The doer of the same verb is read after the auxiliary; another one there is another question."""
     assert verify(b, a) == Verdict(False, reason)
 
 
@@ -466,80 +534,157 @@ def test_dev_leaks_sixth_pass_are_rejected(a: str, b: str, reason: str) -> None:
     ("米饭为什么煮得太硬", "米饭煮出来很硬是怎么回事"),
     ("移动硬盘坏了怎么修", "移动硬盘坏了如何修"),  # 硬 of 硬盘 and 软 of 软件 are no states
     ("软件闪退怎么办", "软件总是闪退怎么办"),
+])
+def test_zh_the_same_state_or_a_word_holding_a_state_character_is_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("How do I redirect http to https on Apache?", "apache redirect http to https"),
     ("Can I pay my phone bill with a gift card?", "is it possible to pay a phone bill using a gift card"),
     ("Can I substitute honey for sugar?", "Can I use honey instead of sugar?"),
     ("Can I substitute honey for sugar?", "Is it OK to replace sugar with honey?"),
     ("What is a good substitute for sugar?", "what can I use instead of sugar"),
-    # the same doer: the asker said another way, a synonym, a plural, a passive
+    ("How do I turn a string of bytes into a list of integers?", "convert a string of bytes to a list of integers"),
+])
+def test_terms_kept_across_a_direction_or_a_means_are_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    # the asker said another way, a synonym, a plural, a passive
     ("Can we bring our own food into the cinema?", "Can I bring my own food into the cinema?"),
     ("Can a doctor prescribe antibiotics over the phone?", "Can a physician prescribe antibiotics over the phone?"),
     ("Does the employer pay for my uniform?", "Do employers pay for work uniforms?"),
     ("Which foods should I avoid with gout?", "With gout, which foods should be avoided?"),
-    ("How do I turn a string of bytes into a list of integers?", "convert a string of bytes to a list of integers"),
 ])
-def test_sixth_pass_rewordings_pass(a: str, b: str) -> None:
+def test_the_same_doer_said_another_way_is_wording(a: str, b: str) -> None:
     assert verify(b, a).ok
 
 
 @pytest.mark.parametrize(("a", "b", "reason"), [
-    # two terms said yes and no, and the other way round in the other text (clause polarity crossed)
     ("Why does the video play on my phone but not on my laptop?",
      "the video won't play on my phone, yet on my laptop it plays fine", "order"),
     ("为什么 Word 文档在 Mac 上能打开，在 Windows 上打不开", "Word 文档在 Windows 上打得开，Mac 上却打不开，为什么", "order"),
-    # a change asked for in the other direction, however it is said (verb, particle, make + comparative)
+])
+def test_yes_and_no_crossed_between_two_terms_is_another_question(a: str, b: str, reason: str) -> None:
+    """Two terms said yes and no, and the other way round in the other text (clause polarity crossed)."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     ("How can I lower my heating bill?", "what makes the heating bill go up?", "antonym"),
     ("How do I turn the volume up on my TV?", "TV is too loud, how do I turn it down?", "antonym"),
     ("Why did my electricity bill go down?", "what makes electricity bills increase", "antonym"),
-    # a scale after "degrees" is the number's unit
-    ("My thermometer reads Fahrenheit. What is 40 Celsius in Fahrenheit?", "What's 40 degrees Fahrenheit in Celsius?",
-     "number"),
-    # the same thing owned by the other of two terms (Chinese 的)
-    ("微波炉的菜谱能直接用烤箱做吗", "烤箱的菜谱能直接放进微波炉里做吗", "order"),
-    # undoing the action the other text asks how to do (解除 / 取消 + verb)
+])
+def test_a_change_in_the_other_direction_is_an_antonym(a: str, b: str, reason: str) -> None:
+    """A change asked for in the other direction, however it is said (verb, particle, make + comparative)."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     ("QQ 怎么屏蔽群消息", "QQ 群消息怎么解除屏蔽", "negation"),
     ("抖音怎么关注别人", "抖音怎么取消关注别人", "negation"),
+])
+def test_zh_undoing_the_asked_action_is_a_negation(a: str, b: str, reason: str) -> None:
+    """Undoing (解除 / 取消 + verb) the action the other text asks how to do says no to it."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    ("My thermometer reads Fahrenheit. What is 40 Celsius in Fahrenheit?", "What's 40 degrees Fahrenheit in Celsius?",
+     "number"),
+])
+def test_a_scale_after_degrees_is_the_numbers_unit(a: str, b: str, reason: str) -> None:
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    # the same thing owned by the other of two terms (Chinese 的)
+    ("微波炉的菜谱能直接用烤箱做吗", "烤箱的菜谱能直接放进微波炉里做吗", "order"),
     # the place a named thing is in (在 X 里, X 程序里) moved to the other name
     ("C# 程序里怎么调用 Java 代码", "在 Java 里怎么调用 C# 写的代码", "order"),
-    # what a conversion makes is what the other text starts from
-    ("How do I turn a JSON string into a dict?", "got a dict, how can I make a JSON string from it?", "order"),
     # the asker's "my" moved to the other thing
     ("My bike was hit by a car, who pays?", "My car hit a bike, who pays?", "order"),
-    # "free" is still a price where it reads one (after a verb or a be)
-    ("Is delivery free for members?", "Is delivery paid for members?", "scope"),
-    ("Is it free for members?", "Is it available for members?", "scope"),  # "free" alone, after a be and "it"
     # a name with another sense ("rust", "go", "c") is the name right before a noun of its kind
     ("How do I call a Rust function from Python?", "How can I call a Python function from inside a Rust program?",
      "order"),
     # two parties exchanged around a verb in one clause, named again in another (去 before a verb read out)
     ("房东扣了租客的押金，租客怎么去投诉房东", "租客欠了房东的房租，房东怎么投诉租客", "order"),
-    # another place is still another place when the names are no WordNet synonyms
-    ("Cheap flights to Saigon", "cheap flights to Hanoi", "entity"),
+])
+def test_an_owner_place_or_party_moved_to_the_other_term_is_another_question(a: str, b: str,
+                                                                              reason: str) -> None:
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    ("How do I turn a JSON string into a dict?", "got a dict, how can I make a JSON string from it?", "order"),
     # a conversion's reach counts no digits of an example, so the product swap is still read once JS and
     # JavaScript are one name
     ("In JavaScript, how do I convert a Unix epoch timestamp into a readable date?",
      "JS: turn a date string like '2024-05-01' into a unix timestamp", "order"),
 ])
-def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
+def test_a_conversions_product_as_the_others_source_is_another_question(a: str, b: str, reason: str) -> None:
+    """What a conversion makes in one text is what the other text starts from."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    ("Is delivery free for members?", "Is delivery paid for members?", "scope"),
+    ("Is it free for members?", "Is it available for members?", "scope"),  # "free" alone, after a be and "it"
+])
+def test_free_after_a_verb_or_a_be_is_a_price(a: str, b: str, reason: str) -> None:
+    """"free" is still a price where it reads one (after a verb or a be)."""
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    ("Cheap flights to Saigon", "cheap flights to Hanoi", "entity"),
+])
+def test_places_that_are_no_wordnet_synonyms_are_other_places(a: str, b: str, reason: str) -> None:
     assert verify(b, a) == Verdict(False, reason)
 
 
 @pytest.mark.parametrize(("a", "b"), [
     ("Why does the app load on wifi but not on mobile data?",
-     "app won't load on mobile data but loads fine on wifi, why?"),  # the same sides either way round
+     "app won't load on mobile data but loads fine on wifi, why?"),
     ("为什么 Word 文档在 Mac 上能打开，在 Windows 上打不开", "Word 文档 Windows 上打不开，Mac 上却能打开，为什么"),
+])
+def test_yes_and_no_on_the_same_sides_either_way_round_is_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("How do I make the text bigger in Chrome?", "chrome: increase font size"),
     ("My laptop is slow, how do I speed it up?", "how to make my slow laptop faster"),  # "slow" is a state
     ("My bill went up, how do I bring it down?", "how can I reduce my bill"),  # both sides in one text
     ("What helps with lower back pain?", "remedies for pain in the lower back"),  # "lower" is no verb here
     ("How do I make my website load faster?", "how to reduce page load time"),  # speed is no amount
+])
+def test_a_change_in_the_same_direction_is_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("My thermometer reads Fahrenheit. What is 40 Celsius in Fahrenheit?", "what's 40 degrees celsius in fahrenheit"),
     ("Where can I buy gluten-free bread?", "where to buy gluten free bread"),  # "free" before its noun: "without"
-    ("公司的年假制度是怎样的", "年假制度在公司里是怎么规定的"),
-    ("老师的工资和公务员的工资哪个高", "公务员的工资和老师的工资谁高"),  # a thing owned twice is compared
+])
+def test_the_same_scale_or_free_before_its_noun_is_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("怎么取消自动续费", "自动续费怎么关掉"),  # the other text asks to stop it too
     ("订单怎么取消", "取消订单的步骤"),
     ("怎么解除绑定银行卡", "银行卡怎么解绑"),
+])
+def test_zh_undoing_asked_in_both_texts_is_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("公司的年假制度是怎样的", "年假制度在公司里是怎么规定的"),
+    ("老师的工资和公务员的工资哪个高", "公务员的工资和老师的工资谁高"),  # a thing owned twice is compared
     ("在 Excel 里怎么打开 Word 文件", "Excel 里如何打开 Word 文件"),
     ("How do I turn a JSON string into a dict?", "how can I make a dict from a JSON string?"),
     ("My car was hit by a truck, who pays?", "a truck hit my car, who pays?"),
@@ -548,6 +693,12 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("Is vitamin C good for a cold?", "does vitamin c help with colds"),
     ("老板拖欠工资，员工怎么去告老板", "老板一直拖欠工资，员工要怎么告老板"),
     ("房东不退押金，我能去起诉房东吗", "我能起诉房东吗，房东不退押金"),
+])
+def test_owners_places_and_parties_kept_in_place_are_wording(a: str, b: str) -> None:
+    assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     # one place under two names WordNet has as synonyms
     ("Do I need a visa for Burma?", "visa for Myanmar"),
     ("Cheap flights to Saigon", "cheap flights to Ho Chi Minh City"),
@@ -556,39 +707,94 @@ def test_dev6_leaks_are_rejected(a: str, b: str, reason: str) -> None:
     ("How to install Node.js on Debian 12", "install nodejs on debian 12"),
     ("Which port does PostgreSQL listen on?", "postgres default port"),
 ])
-def test_dev6_rewordings_pass(a: str, b: str) -> None:
+def test_one_place_or_product_under_two_names_is_wording(a: str, b: str) -> None:
     assert verify(b, a).ok
 
 
-# eighth pass, English (verifier_dev7.jsonl, verifier_dev8.jsonl): the general forms of their leaks
 @pytest.mark.parametrize(("a", "b", "reason"), [
-    # two events on either side of one "before" / "after", each moved to the other side
     ("Is it ok to swim right after eating?", "Is it ok to eat right after swimming?", "order"),
     ("Should I sand the doors before the frames?", "When sanding, should the frames go before the doors?", "order"),
+])
+def test_events_exchanged_around_before_or_after_are_another_question(a: str, b: str, reason: str) -> None:
+    """Two events on either side of one "before" / "after", each moved to the other side."""
+    assert verify(a, b) == Verdict(False, reason)
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     # a verb made of an adjective of size (thicken, shorten, thin out) is a change toward that side
     ("How do I make my beard look thicker?", "How do I thin out a really thick beard?", "antonym"),
     ("How do I make my essay longer?", "how can I shorten my essay", "antonym"),
     # a trouble eased or made worse
     ("What drinks help relieve heartburn?", "which drinks make heartburn worse?", "antonym"),
     ("Does ice soothe a sprained wrist?", "can ice aggravate a sprained wrist", "antonym"),
-    # an event kept from happening ("keep / stop / prevent X from V-ing") against one brought about
-    ("How do I keep my phone from locking?", "How do I make my phone lock sooner?", "negation"),
-    ("How can I stop my car windows from fogging up?", "what makes car windows fog up", "negation"),
     # two verbs made with -en of opposite adjectives, whatever state each text also names
     ("How do I tighten a loose bike chain?", "bike chain is too stiff, how do I loosen it?", "antonym"),
     ("How do I soften hard butter quickly?", "butter too runny, how to harden it", "antonym"),
-    # how something went, said with opposite manner adverbs after the verb
+])
+def test_a_change_toward_the_other_side_is_an_antonym(a: str, b: str, reason: str) -> None:
+    assert verify(a, b) == Verdict(False, reason)
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     ("Signs a first date went well", "how do I know if my first date went badly?", "antonym"),
     ("Why is my new SSD performing poorly?", "my new SSD performs well, why?", "antonym"),
+])
+def test_opposite_manner_adverbs_after_the_verb_are_antonyms(a: str, b: str, reason: str) -> None:
+    """How something went, said with opposite manner adverbs after the verb."""
+    assert verify(a, b) == Verdict(False, reason)
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    # an event kept from happening ("keep / stop / prevent X from V-ing") against one brought about
+    ("How do I keep my phone from locking?", "How do I make my phone lock sooner?", "negation"),
+    ("How can I stop my car windows from fogging up?", "what makes car windows fog up", "negation"),
+    # a state a text's purpose says no to, named by the other with no negation
+    ("How do I cook pasta so it isn't sticky?", "how to make sticky pasta at home", "negation"),
+    ("How do I store bread so that it doesn't get stale?", "best way to make stale bread for stuffing", "negation"),
+])
+def test_a_state_kept_off_against_one_brought_about_is_a_negation(a: str, b: str, reason: str) -> None:
+    assert verify(a, b) == Verdict(False, reason)
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     # a name made of another place is still another place; a shared other name leaves roles to check
     ("Can you recommend a good book on Roman history?", "a solid read about ancient Greece's history?", "entity"),
     ("Can a US citizen work in Canada?", "Can a Canadian citizen work in the US?", "entity"),
     # two owners of one name are two names
     ("Is Google's Android better than iOS?", "Is Samsung's Android better than iOS?", "entity"),
+    # another airport of the city is another named thing
+    ("How do I get from Heathrow to central London cheaply?", "cheapest way from Stansted into central London", "entity"),
+])
+def test_another_place_owner_or_airport_is_another_entity(a: str, b: str, reason: str) -> None:
+    assert verify(a, b) == Verdict(False, reason)
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     # the doer after the auxiliary is the party the other text's (other) verb acts on
     ("Can a student sue a university over grades?", "Can a university take a student to court over grades?",
      "order"),
     ("Should the buyer pay the agent?", "Should the agent charge the buyer?", "order"),
+    # a wh-question stranding its "to" asks for the receiver; with "to" governing a party, for the giver
+    ("Which countries can export oil to someone like Japan?", "Which countries can a country like Japan export oil to?",
+     "order"),
+    # a past deed of the asker done by another person in the other text
+    ("I host on Airbnb and a guest broke my lamp. How do I get paid back?",
+     "I stayed at an Airbnb and the host says I broke a lamp. How do I dispute it?", "order"),
+    # the asker done to by a party in a passive, doing it to that party in the other text
+    ("I got hit by a van at a stop sign, who's at fault?",
+     "Hit the side of a van that was parked at a stop sign - is it my fault?", "order"),
+])
+def test_the_doer_made_the_party_acted_on_is_another_question(a: str, b: str, reason: str) -> None:
+    assert verify(a, b) == Verdict(False, reason)
+    assert verify(b, a) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
     # "on" a named platform is where it happens: moved to the other name
     ("Why can't my Mac read an SD card formatted on Windows?", "Windows won't see an SD card I formatted on my Mac",
      "order"),
@@ -597,22 +803,9 @@ def test_dev6_rewordings_pass(a: str, b: str) -> None:
     ("Can I feed my kitten adult cat food?", "Can I feed my adult cat kitten food?", "order"),
     # a thing owned to a person made the asker's own, the person still named
     ("How do I see my son's location on iPhone?", "How do I share my location with my son on iPhone?", "order"),
-    # a state a text's purpose says no to, named by the other with no negation
-    ("How do I cook pasta so it isn't sticky?", "how to make sticky pasta at home", "negation"),
-    ("How do I store bread so that it doesn't get stale?", "best way to make stale bread for stuffing", "negation"),
-    # a wh-question stranding its "to" asks for the receiver; with "to" governing a party, for the giver
-    ("Which countries can export oil to someone like Japan?", "Which countries can a country like Japan export oil to?",
-     "order"),
-    # another airport of the city is another named thing
-    ("How do I get from Heathrow to central London cheaply?", "cheapest way from Stansted into central London", "entity"),
-    # a past deed of the asker done by another person in the other text
-    ("I host on Airbnb and a guest broke my lamp. How do I get paid back?",
-     "I stayed at an Airbnb and the host says I broke a lamp. How do I dispute it?", "order"),
-    # the asker done to by a party in a passive, doing it to that party in the other text
-    ("I got hit by a van at a stop sign, who's at fault?",
-     "Hit the side of a van that was parked at a stop sign - is it my fault?", "order"),
 ])
-def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> None:
+def test_a_platform_recipient_or_owner_moved_to_the_other_name_is_another_question(a: str, b: str,
+                                                                                    reason: str) -> None:
     assert verify(a, b) == Verdict(False, reason)
     assert verify(b, a) == Verdict(False, reason)
 
@@ -621,48 +814,84 @@ def test_eighth_pass_english_leaks_are_rejected(a: str, b: str, reason: str) -> 
     ("Should I stretch before running?", "is it good to stretch before a run"),
     ("Is it ok to swim right after eating?", "swimming straight after a meal, is it ok?"),
     ("Should I wash rice before cooking it?", "before cooking rice, do I need to rinse it?"),  # fronted clause
+])
+def test_the_same_events_around_before_or_after_are_wording(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("How do I make my beard look thicker?", "how to thicken a thin beard"),  # "thin" is a state here
     ("How do I make my essay longer?", "ways to lengthen an essay"),
     ("What drinks help relieve heartburn?", "drinks that ease heartburn"),
     ("Does coffee make acid reflux worse?", "can coffee aggravate acid reflux"),
     ("My cough is getting worse, what can relieve it?", "what relieves a bad cough"),  # "getting worse" is a state
+    ("How do I tighten a loose bike chain?", "loose bike chain, how to tighten it"),
+    ("How do I soften hard butter quickly?", "quickest way to soften butter"),
+])
+def test_a_change_toward_the_same_side_is_wording(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("How do I keep my phone from locking?", "phone keeps locking itself, how do I stop it"),
     ("How do I stop my dog from pulling on the leash?", "my dog pulls on the lead constantly, training tips?"),
     ("How can I stop my car windows from fogging up?", "car windows keep fogging up, how can I stop that"),
-    ("How do I tighten a loose bike chain?", "loose bike chain, how to tighten it"),
-    ("How do I soften hard butter quickly?", "quickest way to soften butter"),
+    ("How do I cook pasta so it isn't sticky?", "how to cook pasta that is not sticky"),
+    ("Why isn't my bread fluffy?", "how to make fluffy bread"),  # a complaint, no purpose
+])
+def test_a_state_kept_off_said_another_way_is_wording(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("Signs a first date went well", "how can I tell if my first date went well"),
     ("How do I do well in a job interview?", "tips to do well at job interviews as well as after them"),
+])
+def test_the_same_manner_adverb_after_the_verb_is_wording(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     # a name said only as the owner (maker, author) of a name both texts have
     ("What is the plot of Hamlet?", "summarize the story of Shakespeare's Hamlet"),
     ("How do I clear the cache in Safari?", "clearing Apple's Safari cache"),
+])
+def test_a_maker_or_author_named_as_owner_is_wording(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("Can a student sue a university over grades?", "Can a university be sued by a student over grades?"),
     ("Can a student sue a university over grades?", "Can a university be taken to court by a student over grades?"),
     ("Can a cat and a dog live together?", "Can a dog and a cat share a home?"),
+    ("Which blood types can an O negative donor give to?", "which blood types can O negative donors give to"),
+    ("Who can I donate blood to?", "which people can receive my blood"),
+    ("A guest broke my TV, how do I get reimbursed by Airbnb?", "my Airbnb guest broke the TV, can I get money back?"),
+    ("I broke my phone screen, does AppleCare cover it?", "does AppleCare cover a phone screen I broke?"),
+    ("I got hit by a van at a stop sign, who's at fault?", "got hit by a van at a stop sign, whose fault is it?"),
+])
+def test_the_doer_and_the_party_acted_on_kept_are_wording(a: str, b: str) -> None:
+    assert verify(a, b).ok and verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("Why can't my Mac read a drive formatted on Windows?", "my Mac will not open a USB stick that was formatted on a Windows PC"),
     ("How do I run Windows on a Mac?", "installing Windows on my Mac"),
     ("Is my red leather jacket waterproof?", "Is my leather red jacket waterproof?"),  # modifiers only
     ("Can I feed my kitten adult cat food?", "is adult cat food ok for my kitten?"),
     ("How do I see my son's location on iPhone?", "find the location of my son with my iPhone"),
     ("How do I reset my router's password?", "reset my router password"),  # no person; the owner right before
-    ("How do I cook pasta so it isn't sticky?", "how to cook pasta that is not sticky"),
-    ("Why isn't my bread fluffy?", "how to make fluffy bread"),  # a complaint, no purpose
-    ("Which blood types can an O negative donor give to?", "which blood types can O negative donors give to"),
-    ("Who can I donate blood to?", "which people can receive my blood"),
     ("Cheapest way from Heathrow into central London", "budget transport Heathrow to central london"),
     ("Is JFK or LaGuardia closer to Manhattan?", "Which is nearer Manhattan, LaGuardia or JFK?"),
-    ("A guest broke my TV, how do I get reimbursed by Airbnb?", "my Airbnb guest broke the TV, can I get money back?"),
-    ("I broke my phone screen, does AppleCare cover it?", "does AppleCare cover a phone screen I broke?"),
-    ("I got hit by a van at a stop sign, who's at fault?", "got hit by a van at a stop sign, whose fault is it?"),
 ])
-def test_eighth_pass_english_rewordings_pass(a: str, b: str) -> None:
+def test_platforms_recipients_owners_and_places_kept_are_wording(a: str, b: str) -> None:
     assert verify(a, b).ok and verify(b, a).ok
 
 
-def test_eighth_pass_checks_answer_hostile_texts_at_the_window() -> None:
-    """The stranded "to" is read from words, not one backtracking regex (34 ms on 4 KB of "which can do ..."
-    before), the -en verbs compared are capped a side, and an owner and thing pair is tried once: each
-    answers in about a millisecond by hand; not a timing assertion here."""
+def test_stranded_to_owners_and_en_verbs_get_a_verdict_on_hostile_texts() -> None:
+    """Texts at the window built to make a rule slow: the stranded "to" is read from words, not one
+    backtracking regex (4 KB of "which can do ..."), the -en verbs compared are capped a side, and an owner
+    and thing pair is tried once. Each answers in about a millisecond by hand; not a timing assertion here."""
     stranded = ("which " + "can do " * 700)[:4096]
     owners = ("my boss's car and my car " * 200)[:4096]
     en_verbs = " ".join(f"w{i}en" for i in range(400))
@@ -673,10 +902,10 @@ def test_eighth_pass_checks_answer_hostile_texts_at_the_window() -> None:
 
 
 def test_diffs_and_typo_reading_capped_on_hostile_texts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Repetitive texts at the window made difflib (cubic without autojunk) take seconds: "from a to b ..." /
-    "from b to a ...", 4 KB of "我的妈妈的朋友的", "x and y or ...", "usd/eur ..."; the typo reading tried every
-    word against every word. Each diff now aligns at most MAX_DIFFED tokens a side (counted here, not timed),
-    and a word changed in the middle of two long equal texts is still a change."""
+    """Repetitive texts at the window would make difflib (cubic without autojunk) take seconds: "from a to
+    b ..." / "from b to a ...", 4 KB of "我的妈妈的朋友的", "x and y or ...", "usd/eur ..."; an uncapped typo
+    reading would try every word against every word. Each diff aligns at most MAX_DIFFED tokens a side
+    (counted here, not timed), and a word changed in the middle of two long equal texts is still a change."""
     sizes: list[int] = []
     matcher = verifier.difflib.SequenceMatcher
 
@@ -701,7 +930,7 @@ def test_diffs_and_typo_reading_capped_on_hostile_texts(monkeypatch: pytest.Monk
     assert [op[:3] for op in ops if op[0] != "equal"] == [("replace", 300, 301)]
 
 
-# ---- eighth pass, Chinese (verifier_dev8.jsonl, written blind) -------------------------------------------------
+# ---- Chinese: traditional characters, said no and yes, states, and parties in their roles ----------------
 
 
 @pytest.mark.parametrize(("a", "b"), [
@@ -734,7 +963,7 @@ def test_zh_word_said_no_and_yes_is_rejected(a: str, b: str) -> None:
     ("怎么预防感冒", "感冒怎么预防"),  # the event fronted before the prevention verb
     ("怎么防止孩子近视", "孩子怎么防止近视"),
 ])
-def test_zh_negation_rewordings_pass(a: str, b: str) -> None:
+def test_zh_a_negation_reworded_is_the_same_question(a: str, b: str) -> None:
     assert verify(b, a).ok
 
 
@@ -819,7 +1048,7 @@ def test_zh_modifier_exchanged(a: str, b: str, ok: bool) -> None:
 
 
 @pytest.mark.parametrize(("a", "b"), [
-    # a nationality and its country are two roles here: the traveller, the place (review of the eighth pass)
+    # a nationality and its country are two roles here: the traveller, the place
     ("Can Japanese citizens travel visa free?", "Can I travel to Japan visa free?"),
     ("Can Chinese citizens buy property?", "Can I buy property in China?"),
     ("best Thai restaurants", "best restaurants in Thailand"),
@@ -837,7 +1066,7 @@ def test_free_at_the_end_after_its_noun_is_a_price() -> None:
 
 
 @pytest.mark.parametrize(("a", "b"), [
-    # 上 / 中 / 里 / 内 are one place only as a suffix; inside a word they make other words (review, eighth pass)
+    # 上 / 中 / 里 / 内 are one place only as a suffix; inside a word they make other words
     ("每月上旬发工资吗", "每月中旬发工资吗"),
     ("上班时间是几点", "中班时间是几点"),
     ("长江上游有哪些城市", "长江中游有哪些城市"),
@@ -848,7 +1077,7 @@ def test_zh_place_characters_inside_a_word_are_other_words(a: str, b: str) -> No
 
 
 @pytest.mark.parametrize(("a", "b", "ok"), [
-    ("忘了密码怎么办", "密码忘记了怎么办", True),  # the same 忘, the object on either side (review, eighth pass)
+    ("忘了密码怎么办", "密码忘记了怎么办", True),  # the same 忘, the object on either side
     ("拒绝退款怎么投诉", "退款被拒绝了怎么投诉", True),
     ("忘了关煤气怎么办", "煤气关了怎么办", False),  # 忘 in one text only: still a no against a yes
 ])

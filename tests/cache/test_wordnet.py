@@ -1,5 +1,5 @@
 """The WordNet check (gateway/cache/wordnet.py) and its use by the verifier: each relation on single cases,
-and the rewordings that must still pass."""
+and the rewordings the verifier must still accept."""
 
 from __future__ import annotations
 
@@ -86,5 +86,5 @@ def test_traps_turned_down(a: str, b: str, reason: str) -> None:
      "Is it possible for an employer to take a worker to court for resigning?"),
     ("How do I apply for a student loan?", "What's the process to borrow money for university tuition?"),
 ])
-def test_rewordings_still_pass(a: str, b: str) -> None:
+def test_rewordings_through_wordnet_relations_are_accepted(a: str, b: str) -> None:
     assert verify(b, a).ok
