@@ -1,9 +1,9 @@
-"""Engine benchmark (issue 5): every figure is a ratio against a baseline measured in the same run.
+"""Engine benchmark: every figure is a ratio against a baseline measured in the same run.
 
     python bench/engine.py                 # the issue's workload (slow on a small CPU: HF one-at-a-time dominates)
     python bench/engine.py --quick         # a smaller workload with the same shape, for a first look
     python bench/engine.py --requests 32 --max-output 128 --skip hf-serial
-    python bench/engine.py --constrained-only  # constrained decoding vs the same batch free (issue 10)
+    python bench/engine.py --constrained-only  # constrained decoding vs the same batch free
 
 Measures, on CPU, SmolLM2-135M in float32 with --threads torch threads:
 - throughput: N requests (prompts --min-prompt..--max-prompt tokens, outputs --min-output..--max-output tokens,
@@ -18,9 +18,9 @@ Measures, on CPU, SmolLM2-135M in float32 with --threads torch threads:
 - constrained decoding: --constrained-requests chat requests under four different JSON schemas in one batch
   vs the same prompts free with each request's output length fixed to what its constrained run produced
   (ignore_eos), so both runs make exactly the same tokens in the same batch shapes; output tokens/s;
-- speculation (issue 12): decode tokens/s of one copy-heavy request (the model repeats a passage from its
+- speculation: decode tokens/s of one copy-heavy request (the model repeats a passage from its
   prompt) with `--speculative ngram` vs without, same greedy tokens;
-- int8 (issue 12): single-stream decode tokens/s with `--quantization int8` vs fp32, same prompt.
+- int8: single-stream decode tokens/s with `--quantization int8` vs fp32, same prompt.
 Threads: torch.set_num_threads(--threads) in this process (both cores by default); run it under taskset and the
 shared lock so nothing else shares the cores.
 """

@@ -1,4 +1,4 @@
-"""Micro-benchmark (issue 12): the C small-M kernel (`engine/layers/gemv.c`) against torch's F.linear (MKL) and
+"""Micro-benchmark: the C small-M kernel (`engine/layers/gemv.c`) against torch's F.linear (MKL) and
 oneDNN's packed linear, SmolLM2-135M's decode shapes, float32, rows M = 1..32.
 
     flock /tmp/cpu.lock taskset -c 0,1 python bench/gemv.py [--threads 2] [--rows 1,2,4,8,16,32]

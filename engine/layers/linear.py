@@ -8,11 +8,11 @@ is as fast or faster, and oneDNN spends first-call time on each new shape, so on
 Results differ from MKL's in the last bits (a different summation order); greedy output still matches HF
 transformers token for token (tests/engine/test_oracle.py runs with packing on, the default).
 
-Decode (issue 12): inputs of a few rows (up to each layer's `kernel_rows`, at most GEMV_MAX_ROWS, measured per
+Decode: inputs of a few rows (up to each layer's `kernel_rows`, at most GEMV_MAX_ROWS, measured per
 weight shape at load by `calibrate_kernel_rows`) go to the C kernel of `gemv.c` when the kernel library loaded. On
 the AVX2 host this was written on it streams each weight row once for all rows at 14-22 GB/s, where MKL and oneDNN read weights at 5-7 GB/s
 here (`python bench/gemv.py`: lm_head at one row 12.1 ms F.linear, 7.4 ms packed, 5.1 ms kernel; at 8 rows 29.2,
-9.9, 8.1 ms; from 16 rows packed oneDNN is as fast or faster). On a Zen 4 host (AVX-512) oneDNN streams as fast
+9.9, 8.1 ms; from 16 rows packed oneDNN is as fast or faster). On an AMD AVX-512 host oneDNN streams as fast
 and wins from 3-6 rows on, hence the measurement.
 """
 
@@ -113,7 +113,7 @@ def calibrate_kernel_rows(model: nn.Module, repeats: int = 2) -> dict[tuple[int,
     PackedLinear's `kernel_rows` to it; returns {(N, K): rows}. Layers without both paths keep their default.
 
     The crossover is the host's, not the code's: on an AVX2 host the kernel won every decode shape through 12
-    rows (it streams weights at 14-22 GB/s where oneDNN read 5-7); on a Zen 4 host (AVX-512, ~30 GB/s) packed
+    rows (it streams weights at 14-22 GB/s where oneDNN read 5-7); on an AMD AVX-512 host (~30 GB/s) packed
     oneDNN won from 3-6 rows on, up to 2x (lm_head at 8 rows 3.8 vs 7.8 ms): the mixed 32-request workload's
     decode steps of 4-12 rows then ran 2.03 -> 1.49 s. So each shape is timed here, at load, as a decode step
     sees it: one pass over every layer per row count and path, so each weight comes from memory, not cache

@@ -2,7 +2,7 @@
 
    A prefill chunk's queries attend causally over every key of their sequence up to themselves: the cached ones
    and the chunk's own, all already stored in the cache by rope_store_kv. torch's CPU flash SDPA ran these at
-   35-45 GFLOP/s on the Zen 4 host (its inner products go through MKL, slow on AMD), against oneDNN's ~218 for the
+   35-45 GFLOP/s on an AMD AVX-512 host (its inner products go through MKL, slow on AMD), against oneDNN's ~218 for the
    projections around it: ~2 s of the mixed 32-request workload's 12 s of prefill. Here each work item is a tile
    of QUERY_TILE query positions of one KV head, with every query head of that KV head (grouped-query attention):
    group * QUERY_TILE rows scored against the tile's visible keys as register tiles of vector FMAs, an exact
@@ -27,7 +27,7 @@ typedef int veci __attribute__((vector_size(VW * 4)));
 #define DV (HEAD_DIM / VW)  /* vectors per head row */
 #define QUERY_TILE 8        /* query positions per work item */
 /* Register tiles: SCORE_ROWS * 2 accumulators of scores, OUT_ROWS * DV of outputs. AVX-512 has 32 registers;
-   AVX2's 16 take fewer rows (a build with -mno-avx512f on the Zen 5 host: L=512 2.35 -> 2.12 ms with 6 and 2
+   AVX2's 16 take fewer rows (a build with -mno-avx512f on an AMD host: L=512 2.35 -> 2.12 ms with 6 and 2
    instead of 8 and 3; SDPA ran 3.7-3.9 ms there) */
 #define SCORE_ROWS (VW == 16 ? 8 : 6)
 #define SCORE_KEYS (2 * VW) /* keys per register tile of scores */

@@ -10,7 +10,7 @@ int16 accumulation pairs from saturating). Elsewhere (CUDA) the layer multiplies
 activation dtype and scales the output per channel: correct and 4x smaller in memory, but no speed kernel (unrun
 on a GPU here).
 
-Decode (issue 12): inputs of up to GEMV_MAX_ROWS rows go, when the C kernel library loaded, to `gemv.c`'s
+Decode: inputs of up to GEMV_MAX_ROWS rows go, when the C kernel library loaded, to `gemv.c`'s
 int8 kernel instead (`attach_kernel`, called by `pack_linear_weights`): it streams the int8 weight once for all
 rows, widened to float in registers, with float32 activations, so it is both faster than fbgemm at a few rows and
 exact (the dequantised weight times x, to float rounding; fbgemm also rounds activations to int8).
