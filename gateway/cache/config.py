@@ -60,8 +60,8 @@ class JudgeConfig:
 
 @dataclass(frozen=True, slots=True)
 class SemanticConfig:
-    # With the verifier, 0.80 served 52 % of the should-hit pairs of the tune half of the in-house set and 1 %
-    # of its look-alike traps (gateway/cache/README.md; `llm-gateway cache calibrate` for your own traffic).
+    # Chosen with the verifier on the tune half of tests/data/semantic_eval.jsonl (figures: bench/RESULTS.md;
+    # `llm-gateway cache calibrate` for your own traffic).
     threshold: float = 0.80
     ttl: float = 3600.0
     max_entries: int = 10_000  # per scope, least recently used evicted first
