@@ -361,11 +361,12 @@ async def _relay_stream(
             # below must not charge an estimate on top.
             charged = True
             usage = completion.get("usage")
-            gw.accounting.settle_upstream(ctx, usage or estimated_usage(ctx, assembler.chunks), completion.get("model"))
+            estimate = None if usage else estimated_usage(ctx, assembler.chunks)
+            gw.accounting.settle_upstream(ctx, usage or estimate, completion.get("model"))
             if usage:
                 await gw.charge(ctx, usage)
-            elif ctx.tenant.limits.tpm:  # an upstream that ignores stream_options.include_usage
-                await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
+            elif ctx.tenant.limits.tpm and estimate:  # an upstream that ignores stream_options.include_usage
+                await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, sum(estimate.values())))
             await _charge_budget(gw, ctx)
             await out.close(DONE_EVENT)
     finally:
@@ -373,8 +374,9 @@ async def _relay_stream(
             # Cut upstream, or a client that hung up: the stream ended before its usage chunk. Charge the
             # tenant's TPM an estimate, or a tenant could generate without limit through streams that end
             # early. Shielded: a client that hangs up cancels this task. Its dollars are an estimate too.
-            gw.accounting.settle_upstream(ctx, estimated_usage(ctx, assembler.chunks))
-            await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, estimated_tokens(ctx, assembler.chunks)))
+            estimate = estimated_usage(ctx, assembler.chunks)
+            gw.accounting.settle_upstream(ctx, estimate)
+            await asyncio.shield(gw.limiter.charge_tokens(ctx.tenant, sum(estimate.values())))
             await _charge_budget(gw, ctx)
     completion = assembler.result()
     usage = completion.get("usage")
@@ -391,11 +393,6 @@ def estimated_usage(ctx: RequestContext, chunks: int) -> dict[str, int]:
     """The usage of a stream without one: ~4 bytes of prompt JSON per token, one token per content chunk."""
     prompt = ctx.forward_body.get("messages") or ctx.forward_body.get("prompt") or ""
     return {"prompt_tokens": len(orjson.dumps(prompt)) // 4, "completion_tokens": chunks}
-
-
-def estimated_tokens(ctx: RequestContext, chunks: int) -> int:
-    """Prompt and completion tokens of a stream without usage (see `estimated_usage`)."""
-    return sum(estimated_usage(ctx, chunks).values())
 
 
 async def embed(ex: Exchange) -> None:
